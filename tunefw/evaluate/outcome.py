@@ -1,0 +1,60 @@
+"""Outcomes are values, not exceptions: every trial ends as exactly one of these."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    OK = "OK"
+    INVALID = "INVALID"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    COMPILE_TIMEOUT = "COMPILE_TIMEOUT"
+    OUT_OF_RESOURCES = "OUT_OF_RESOURCES"
+    WRONG_ANSWER = "WRONG_ANSWER"
+    RUNTIME_CRASH = "RUNTIME_CRASH"
+    TIMEOUT = "TIMEOUT"
+    WORKER_LOST = "WORKER_LOST"
+
+
+@dataclass
+class TrialSpec:
+    """What a worker is asked to do: one config of one family on one problem."""
+
+    trial_id: int
+    family: str
+    config: dict
+    problem: dict  # GemmProblem.as_dict()
+    timeout_s: float
+    seed: int = 0
+
+
+@dataclass
+class Outcome:
+    """What a worker returns for a trial; stored as one row by the driver."""
+
+    status: Status
+    log: str = ""
+    median_ms: float | None = None
+    min_ms: float | None = None
+    iqr_ms: float | None = None
+    tflops: float | None = None
+    rel_err: float | None = None
+    cublas_tflops: float | None = None
+    cublas_median_ms: float | None = None
+    fingerprint: dict = field(default_factory=dict)
+    gpu: str = ""  # the worker's CUDA_VISIBLE_DEVICES / UUID
+    evaluator: str = ""  # "sim" | "cuda"
+    compile_s: float | None = None
+    busy_s: float = 0.0  # time the GPU spent on this trial's work (load, verify, time)
+    poisoned: bool = False  # the worker's CUDA context is unusable: the pool must restart it
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d

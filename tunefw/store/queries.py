@@ -1,0 +1,164 @@
+"""The reads and writes the CLI and the sweep need, each in one short function."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from tunefw.errors import UserError
+from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.problem import GemmProblem
+from tunefw.store.models import Problem, Study, Trial, Winner
+from tunefw.study import StudySpec
+
+
+def fingerprint_key(fingerprint: dict) -> str:
+    """Identity of a device for reuse: what changes timings (not clocks read at one moment)."""
+    stable = {k: fingerprint.get(k) for k in ("name", "cc", "sm_count", "driver", "cuda",
+                                              "compiler", "simulated")}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def create_study(s: Session, spec: StudySpec) -> Study:
+    if s.scalar(select(Study).where(Study.name == spec.name)) is not None:
+        raise UserError(f"study {spec.name!r} already exists (tunefw study delete {spec.name})")
+    study = Study(name=spec.name, spec=spec.to_dict(), round=0)
+    for p, label in zip(spec.problems, spec.labels):
+        study.problems.append(Problem(key=p.key(), M=p.M, N=p.N, K=p.K, dtype=p.dtype,
+                                      layout=p.layout, label=label))
+    s.add(study)
+    s.flush()
+    return study
+
+
+def get_study(s: Session, name: str | None) -> Study:
+    """The named study, or (name None) the most recently created one."""
+    if name is None:
+        study = s.scalar(select(Study).order_by(Study.created_at.desc(), Study.id.desc()))
+        if study is None:
+            raise UserError("no study yet: create one with `tunefw study create NAME --from FILE`")
+        return study
+    study = s.scalar(select(Study).where(Study.name == name))
+    if study is None:
+        known = s.scalars(select(Study.name)).all()
+        hint = f"; known: {', '.join(known)}" if known else ""
+        raise UserError(f"study {name!r} not found{hint}")
+    return study
+
+
+def list_studies(s: Session) -> list[Study]:
+    return list(s.scalars(select(Study).order_by(Study.id)))
+
+
+def delete_study(s: Session, name: str) -> Study:
+    study = get_study(s, name)
+    s.execute(delete(Winner).where(Winner.problem_id.in_([p.id for p in study.problems])))
+    s.execute(delete(Trial).where(Trial.study_id == study.id))
+    s.delete(study)
+    return study
+
+
+def as_problem(p: Problem) -> GemmProblem:
+    return GemmProblem(p.M, p.N, p.K, p.dtype, p.layout)
+
+
+def record_trial(s: Session, study: Study, problem: Problem, family: str, config: dict,
+                 key: str, outcome: Outcome, source_hash: str, optuna_trial: int | None,
+                 attempts: int = 1, reused_from: int | None = None) -> Trial:
+    """Write one finished trial (the driver's only kind of write during a sweep)."""
+    row = Trial(
+        study_id=study.id, problem_id=problem.id, round=study.round, optuna_trial=optuna_trial,
+        family=family, config=config, config_key=key, source_hash=source_hash,
+        status=outcome.status.value, log=outcome.log or "", median_ms=outcome.median_ms,
+        min_ms=outcome.min_ms, iqr_ms=outcome.iqr_ms, tflops=outcome.tflops,
+        rel_err=outcome.rel_err, cublas_tflops=outcome.cublas_tflops,
+        fingerprint=outcome.fingerprint, fingerprint_key=fingerprint_key(outcome.fingerprint)
+        if outcome.fingerprint else "", gpu=outcome.gpu, evaluator=outcome.evaluator,
+        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from)
+    s.add(row)
+    s.flush()
+    return row
+
+
+def problem_trials(s: Session, study: Study, problem: Problem) -> list[Trial]:
+    return list(s.scalars(select(Trial).where(
+        Trial.problem_id == problem.id, Trial.round == study.round).order_by(Trial.id)))
+
+
+def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
+                  evaluator: str, fp_key: str) -> Trial | None:
+    """A stored measurement of the same config, problem, sources, evaluator and device."""
+    return s.scalar(
+        select(Trial).join(Problem, Trial.problem_id == Problem.id).where(
+            Problem.key == problem.key(), Trial.config_key == key,
+            Trial.source_hash == source_hash, Trial.evaluator == evaluator,
+            Trial.fingerprint_key == fp_key, Trial.reused_from.is_(None),
+            Trial.status.notin_([Status.INVALID.value, Status.WORKER_LOST.value,
+                                 Status.TIMEOUT.value]))
+        .order_by(Trial.id).limit(1))
+
+
+def best_trial(s: Session, problem: Problem, round_: int) -> Trial | None:
+    return s.scalar(select(Trial).where(
+        Trial.problem_id == problem.id, Trial.round == round_,
+        Trial.status == Status.OK.value).order_by(Trial.tflops.desc(), Trial.id).limit(1))
+
+
+def top_trials(s: Session, problem: Problem, round_: int, n: int) -> list[Trial]:
+    """The best n OK trials, one per distinct config."""
+    rows = s.scalars(select(Trial).where(
+        Trial.problem_id == problem.id, Trial.round == round_,
+        Trial.status == Status.OK.value).order_by(Trial.tflops.desc(), Trial.id))
+    seen, out = set(), []
+    for r in rows:
+        if r.config_key not in seen:
+            seen.add(r.config_key)
+            out.append(r)
+        if len(out) == n:
+            break
+    return out
+
+
+def outcome_counts(s: Session, problem: Problem, round_: int) -> Counter:
+    rows = s.execute(select(Trial.status, func.count()).where(
+        Trial.problem_id == problem.id, Trial.round == round_).group_by(Trial.status))
+    return Counter({status: n for status, n in rows})
+
+
+def set_winner(s: Session, problem: Problem, trial: Trial, tflops: float,
+               cublas_tflops: float | None, confirmed: bool) -> Winner:
+    winner = s.get(Winner, problem.id) or Winner(problem_id=problem.id)
+    winner.trial_id = trial.id
+    winner.family = trial.family
+    winner.config = trial.config
+    winner.tflops = tflops
+    winner.cublas_tflops = cublas_tflops
+    winner.confirmed = confirmed
+    winner.fingerprint = trial.fingerprint
+    winner.evaluator = trial.evaluator
+    s.merge(winner)
+    return winner
+
+
+def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
+    """The `study show --json` entry of one problem."""
+    counts = outcome_counts(s, problem, study.round)
+    evaluated = sum(n for status, n in counts.items() if status != Status.INVALID.value)
+    winner = s.get(Winner, problem.id)
+    best = None
+    if winner is not None:
+        best = {"family": winner.family, "config": winner.config, "tflops": winner.tflops,
+                "trial_id": winner.trial_id, "cublas_tflops": winner.cublas_tflops,
+                "confirmed": winner.confirmed}
+    else:
+        t = best_trial(s, problem, study.round)
+        if t is not None:
+            best = {"family": t.family, "config": t.config, "tflops": t.tflops,
+                    "trial_id": t.id, "cublas_tflops": t.cublas_tflops, "confirmed": False}
+    return {"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
+            "label": problem.label, "evaluated": evaluated,
+            "ok": counts.get(Status.OK.value, 0), "outcomes": dict(sorted(counts.items())),
+            "best": best}

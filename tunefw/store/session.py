@@ -1,0 +1,148 @@
+"""Opening the database: engine (SQLite WAL + busy timeout), schema checks, migrations."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.orm import Session, sessionmaker
+
+from tunefw.errors import UserError
+from tunefw.store.models import SCHEMA_VERSION, Meta
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+VERSION_TABLE = "tunefw_alembic_version"
+DEFAULT_URL = "sqlite:///tunefw.db"
+UPGRADE_HINT = "run `tunefw db upgrade`"
+
+
+def resolve_url(url: str | None) -> str:
+    """--db, else $TUNEFW_DB, else ./tunefw.db."""
+    return url or os.environ.get("TUNEFW_DB") or DEFAULT_URL
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _alembic_config(engine: Engine, connection) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def _script() -> ScriptDirectory:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(cfg)
+
+
+def head_revision() -> str:
+    return _script().get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        return ctx.get_current_revision()
+
+
+def _upgrade(engine: Engine, target: str = "head") -> None:
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(engine, conn), target)
+    with Session(engine) as s, s.begin():
+        s.merge(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+
+
+class Store:
+    """A database handle: one engine, a session factory, the URL for Optuna's storage."""
+
+    def __init__(self, url: str, engine: Engine) -> None:
+        self.url = url
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: committed on success, rolled back on any error."""
+        with self._sessions() as s, s.begin():
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _schema_state(engine: Engine) -> str:
+    """'empty' (no tunefw tables), 'current', 'older', or 'unknown'."""
+    tables = set(inspect(engine).get_table_names())
+    if VERSION_TABLE not in tables:
+        return "unknown" if any(t.startswith("tunefw_") for t in tables) else "empty"
+    rev = current_revision(engine)
+    if rev == head_revision():
+        return "current"
+    known = {r.revision for r in _script().walk_revisions()}
+    return "older" if rev in known else "unknown"
+
+
+def open_store(url: str | None = None, create: bool = True) -> Store:
+    """Open (and on first use create) the database; refuse an older or unknown schema."""
+    url = resolve_url(url)
+    if url.startswith("sqlite:///") and create:
+        path = Path(url.removeprefix("sqlite:///"))
+        if str(path) not in ("", ":memory:") and not path.parent.exists():
+            raise UserError(f"--db {url}: directory {path.parent} does not exist")
+    try:
+        engine = _engine(url)
+        state = _schema_state(engine)
+    except UserError:
+        raise
+    except Exception as exc:  # bad URL, unreadable file, not a database
+        raise UserError(f"--db {url}: cannot open database ({str(exc).splitlines()[0]})") from None
+    if state == "empty":
+        if not create:
+            raise UserError(f"--db {url}: no tunefw database there")
+        _upgrade(engine)
+    elif state == "older":
+        engine.dispose()
+        raise UserError(f"database {url} has an older tunefw schema "
+                        f"({current_revision(engine)}); {UPGRADE_HINT}")
+    elif state == "unknown":
+        engine.dispose()
+        raise UserError(f"database {url} has an unknown or newer schema (not {head_revision()}); "
+                        f"this tunefw cannot use it ({UPGRADE_HINT} only upgrades known older ones)")
+    if url.startswith("sqlite"):  # persistent in the file; set only once the schema is ours
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    return Store(url, engine)
+
+
+def upgrade_store(url: str | None = None) -> tuple[str | None, str]:
+    """`tunefw db upgrade`: migrate a known older schema to head; returns (from, to)."""
+    url = resolve_url(url)
+    engine = _engine(url)
+    try:
+        state = _schema_state(engine)
+        if state == "unknown":
+            raise UserError(f"database {url} has an unknown or newer schema; refusing to touch it")
+        before = current_revision(engine) if state != "empty" else None
+        _upgrade(engine)
+        return before, head_revision()
+    finally:
+        engine.dispose()

@@ -1,0 +1,22 @@
+"""Kernel families by name. Each family's file declares its parameter space once."""
+from __future__ import annotations
+
+from tunefw.errors import UserError
+from tunefw.templates.base import KernelTemplate
+
+
+def _load() -> dict[str, KernelTemplate]:
+    from tunefw.templates.mma_sm80 import MmaSm80
+    from tunefw.templates.wgmma_sm90 import WgmmaSm90
+    return {t.family: t for t in (MmaSm80(), WgmmaSm90())}
+
+
+FAMILIES: dict[str, KernelTemplate] = _load()
+
+
+def get_family(name: str) -> KernelTemplate:
+    """The family called ``name``, or a one-line error listing the known ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise UserError(f"family {name!r}: expected one of {', '.join(sorted(FAMILIES))}") from None

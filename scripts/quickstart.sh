@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install tunefw and run the quickstart study end to end: create, launch on 8 workers, export.
+# Without a GPU the launch says so and uses the SIMULATED device; with one it tunes for real.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
+python3 -m pip install -q -e '.[dev]'
+export TUNEFW_DB="${TUNEFW_DB:-sqlite:///quickstart.db}"
+tunefw study show quickstart >/dev/null 2>&1 || tunefw study create quickstart --from studies/quickstart.yaml
+tunefw launch quickstart --gpus "${GPUS:-8}"
+tunefw study show quickstart
+tunefw export dispatch.json --study quickstart

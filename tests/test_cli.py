@@ -1,0 +1,103 @@
+"""The command line as a user meets it: help texts, and one-line errors that change nothing."""
+import json
+
+import pytest
+
+from conftest import db_dump, run_cli
+
+
+def _one_line_error(result, needle):
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_help_lists_the_commands():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("study", "launch", "export", "status", "compile", "trial", "db"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("args, options", [
+    (("launch",), ("--gpus", "--backend", "--address", "--new-round")),
+    (("export",), ("--study", "--format", "--allow-mixed-devices")),
+    (("study", "create"), ("--from", "--shape", "--family", "--trials")),
+    (("study", "show"), ("--json",)),
+    (("compile",), ("--arch", "--sample", "--check-sass", "--cache-dir")),
+    (("trial", "show"), ("--json",)),
+])
+def test_every_subcommand_explains_its_options(args, options):
+    result = run_cli(*args, "--help")
+    assert result.returncode == 0
+    for option in options:
+        assert option in result.stdout
+
+
+@pytest.fixture
+def seeded_db(db_url, tmp_path):
+    result = run_cli("study", "create", "base", "--shape", "64x64x64", db=db_url)
+    assert result.returncode == 0, result.stderr
+    return db_url
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("study", "create", "x", "--shape", "64x100x64"), "N=100"),
+    (("study", "create", "x", "--shape", "64x64x0"), "K=0"),
+    (("study", "create", "x", "--shape", "0x64x64"), "M=0"),
+    (("study", "create", "x", "--shape", "64x64x64", "--family", "cutlass"), "unknown family 'cutlass'"),
+    (("study", "create", "x", "--shape", "64x64x64", "--sampler", "bayes"), "sampler='bayes'"),
+    (("study", "create", "base", "--shape", "64x64x64"), "already exists"),
+    (("study", "show", "ghost"), "study 'ghost' not found"),
+    (("launch", "ghost", "--backend", "sim"), "study 'ghost' not found"),
+    (("launch", "base", "--backend", "cuda", "--gpus", "64"), "--gpus 64"),
+    (("launch", "base", "--backend", "quantum"), "--backend 'quantum'"),
+    (("export", "out.json", "--study", "base"), "no OK trial"),
+    (("export", "out.json", "--study", "base", "--format", "xml"), "--format 'xml'"),
+    (("trial", "show", "999"), "trial 999 not found"),
+    (("launch", "--gpus", "two"), "Invalid value for '--gpus'"),
+    (("study", "frobnicate"), "No such command"),
+])
+def test_bad_input_one_line_error_database_unchanged(seeded_db, tmp_path, args, needle):
+    before = db_dump(seeded_db)
+    result = run_cli(*args, db=seeded_db, cwd=tmp_path)
+    _one_line_error(result, needle)
+    assert db_dump(seeded_db) == before
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_malformed_yaml_and_bad_dispatch(seeded_db, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nproblems: [64x64x64\n")
+    before = db_dump(seeded_db)
+    _one_line_error(run_cli("study", "create", "x", "--from", str(bad), db=seeded_db),
+                    "malformed YAML")
+    assert db_dump(seeded_db) == before
+
+
+def test_unknown_schema_database_is_refused(tmp_path):
+    import sqlite3
+    path = tmp_path / "alien.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE tunefw_trial (id INTEGER PRIMARY KEY)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    result = run_cli("study", "list", db=f"sqlite:///{path}")
+    _one_line_error(result, "tunefw db upgrade")
+    assert path.read_bytes() == before
+
+
+def test_study_create_show_json_and_delete(db_url, tmp_path):
+    assert run_cli("study", "create", "s", "--from", "studies/quickstart.yaml", "--trials", "5",
+                   db=db_url).returncode == 0
+    shown = json.loads(run_cli("study", "show", "s", "--json", db=db_url).stdout)
+    assert shown["name"] == "s"
+    assert [(p["M"], p["N"], p["K"]) for p in shown["problems"]] == [
+        (4096, 4096, 4096), (128, 6144, 4096), (2048, 4096, 14336)]
+    assert all(p["evaluated"] == 0 and p["best"] is None for p in shown["problems"])
+    assert "s" in run_cli("study", "list", db=db_url).stdout
+    assert run_cli("study", "delete", "s", db=db_url).returncode == 0
+    _one_line_error(run_cli("study", "show", "s", db=db_url), "not found")

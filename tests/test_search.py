@@ -1,0 +1,86 @@
+import dataclasses
+
+import optuna
+
+from tunefw.device import H200
+from tunefw.problem import GemmProblem
+from tunefw.search import ProblemSearch, config_key, enumerate_valid
+from tunefw.templates import FAMILIES
+from tunefw.templates.base import Param
+
+
+def _search(families, sampler="random", problem=GemmProblem(4096, 4096, 4096)):
+    storage = optuna.storages.InMemoryStorage()
+    return ProblemSearch(storage, "t", sampler, 0, families, problem, H200)
+
+
+def test_distributions_come_from_the_declaration():
+    search = _search(sorted(FAMILIES))
+    seen = set()
+    for _ in range(30):
+        prop = search.ask(set())
+        family = FAMILIES[prop.family]
+        assert set(prop.config) == set(family.param_names)
+        for p in family.params:
+            assert prop.config[p.name] in p.values
+            dist = prop.trial.distributions[f"{prop.family}.{p.name}"]
+            # every declared value is reachable, and nothing else
+            n_choices = len(dist.choices) if hasattr(dist, "choices") else dist.high - dist.low + 1
+            assert n_choices == len(p.values)
+        seen.add(prop.family)
+        search.tell(prop.trial, None)
+    assert seen == set(FAMILIES)
+
+
+def test_changing_the_declaration_changes_the_search(monkeypatch):
+    fam = FAMILIES["mma_sm80"]
+    params = tuple(dataclasses.replace(p, values=(256,)) if p.name == "BM" else p
+                   for p in fam.params)
+    monkeypatch.setattr(type(fam), "params", params)
+    search = _search(["mma_sm80"])
+    for _ in range(10):
+        prop = search.ask(set())
+        assert prop.config["BM"] == 256
+        search.tell(prop.trial, None)
+
+
+def test_invalid_configs_carry_the_check_reason():
+    search = _search(sorted(FAMILIES))
+    reasons = []
+    for _ in range(60):
+        prop = search.ask(set())
+        if prop.invalid_reason:
+            reasons.append(prop.invalid_reason)
+            assert FAMILIES[prop.family].check(prop.config, search.problem, H200) == prop.invalid_reason
+        search.tell(prop.trial, None)
+    assert reasons  # a random walk over the raw space meets impossible configs
+
+
+def test_grid_enumerates_only_valid_configs_then_stops():
+    fam = FAMILIES["mma_sm80"]
+    small = tuple(dataclasses.replace(p, values=p.values[:2]) for p in fam.params)
+    orig = type(fam).params
+    try:
+        type(fam).params = small
+        problem = GemmProblem(256, 256, 256)
+        valid = list(enumerate_valid(["mma_sm80"], problem, H200))
+        assert valid, "the reduced space still has valid configs"
+        search = _search(["mma_sm80"], "grid", problem)
+        known = set()
+        while (prop := search.ask(known)) is not None:
+            assert prop.invalid_reason is None
+            assert prop.key not in known
+            known.add(prop.key)
+            search.tell(prop.trial, 1.0)
+        assert known == {config_key(f, c) for f, c in valid}
+    finally:
+        type(fam).params = orig
+
+
+def test_stalled_search_switches_to_the_unmeasured_rest():
+    fam = FAMILIES["mma_sm80"]
+    problem = GemmProblem(64, 64, 64)
+    search = _search(["mma_sm80"], "random", problem)
+    search.stall = 10**6  # as if the sampler had only repeated itself
+    prop = search.ask(set())
+    assert prop.invalid_reason is None and fam.check(prop.config, problem, H200) is None

@@ -1,0 +1,332 @@
+"""The `tunefw` command: thin Typer commands that parse, call the library and render with rich.
+
+Every error, usage errors included, is one line on stderr and a non-zero exit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tunefw.errors import UserError
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as _click_exc
+    from typer.exceptions import Abort as _Abort, Exit as _Exit
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as _click_exc
+    from click.exceptions import Abort as _Abort, Exit as _Exit
+
+app = typer.Typer(help="tunefw: tune GPU GEMM kernels (mma_sm80, wgmma_sm90) with Optuna on Ray "
+                       "workers, store every trial in SQLite, export the winners as a dispatch table.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+study_app = typer.Typer(help="Create, list, show and delete studies.", no_args_is_help=True)
+trial_app = typer.Typer(help="Inspect single trials.", no_args_is_help=True)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+app.add_typer(trial_app, name="trial")
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+_state: dict = {"db": None}
+
+DB_HELP = "Database URL (any SQLAlchemy URL); default $TUNEFW_DB or sqlite:///tunefw.db."
+
+
+@app.callback()
+def _root(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, metavar="URL")) -> None:
+    _state["db"] = db
+
+
+def _store(create: bool = True):
+    from tunefw.store import open_store
+    return open_store(_state["db"], create=create)
+
+
+# ---- study ---------------------------------------------------------------------------------
+@study_app.command("create")
+def study_create(
+    name: str = typer.Argument(..., help="Study name (overrides the file's name)."),
+    from_file: Optional[Path] = typer.Option(None, "--from", help="Study YAML file (see README).",
+                                             metavar="FILE"),
+    shape: List[str] = typer.Option([], "--shape", help="Problem MxNxK; repeat for more.",
+                                    metavar="MxNxK"),
+    family: List[str] = typer.Option([], "--family", help="Kernel family; repeat for more "
+                                     "(default: every family the device supports)."),
+    trials: Optional[int] = typer.Option(None, "--trials", help="Evaluated configs per problem "
+                                         "(default 64)."),
+    sampler: Optional[str] = typer.Option(None, "--sampler", help="tpe | random | grid | cmaes."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 (default bf16)."),
+) -> None:
+    """Create a study from a YAML file and/or --shape options."""
+    from tunefw.study import load_study_file, parse_study
+
+    if from_file is None and not shape:
+        raise UserError("study create: give --from FILE or at least one --shape MxNxK")
+    data: dict = {}
+    if from_file is not None:
+        data = load_study_file(from_file, name).to_dict()
+    data["name"] = name
+    if shape:
+        data["problems"] = list(data.get("problems", [])) + [{"shape": s} for s in shape]
+    for key, value in (("families", list(family) or None), ("trials", trials),
+                       ("sampler", sampler), ("dtype", dtype)):
+        if value is not None:
+            data[key] = value
+    spec = parse_study(data, str(from_file) if from_file else "command line")
+    from tunefw.store import queries as q
+    store = _store()
+    with store.session() as s:
+        q.create_study(s, spec)
+    out.print(f"created study [bold]{spec.name}[/]: {len(spec.problems)} problem(s), "
+              f"{spec.trials} trials each, sampler {spec.sampler}")
+
+
+@study_app.command("list")
+def study_list() -> None:
+    """List studies with their progress."""
+    from tunefw.store import queries as q
+    store = _store()
+    table = Table("name", "problems", "evaluated", "ok", "round", "backend", "created")
+    with store.session() as s:
+        for study in q.list_studies(s):
+            rows = [q.problem_summary(s, study, p) for p in study.problems]
+            table.add_row(study.name, str(len(rows)), str(sum(r["evaluated"] for r in rows)),
+                          str(sum(r["ok"] for r in rows)), str(study.round),
+                          study.backend or "-", study.created_at.strftime("%Y-%m-%d %H:%M"))
+    out.print(table)
+
+
+@study_app.command("show")
+def study_show(name: str = typer.Argument(..., help="Study name."),
+               as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Per problem: trials evaluated, outcomes, and the best config so far."""
+    from tunefw.store import queries as q
+    store = _store()
+    with store.session() as s:
+        study = q.get_study(s, name)
+        summary = {"name": study.name, "round": study.round, "stats": study.stats,
+                   "problems": [q.problem_summary(s, study, p) for p in study.problems]}
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    sim = bool(summary["stats"] and summary["stats"].get("simulated"))
+    table = Table("problem", "evaluated", "ok", "outcomes", "best TFLOP/s", "cuBLAS",
+                  "family", "trial", title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
+    for p in summary["problems"]:
+        best = p["best"] or {}
+        outcomes = ", ".join(f"{k}:{v}" for k, v in p["outcomes"].items())
+        table.add_row(f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}", str(p["evaluated"]),
+                      str(p["ok"]), outcomes,
+                      f"{best['tflops']:.1f}" if best else "-",
+                      f"{best['cublas_tflops']:.1f}" if best.get("cublas_tflops") else "-",
+                      best.get("family", "-"), str(best.get("trial_id", "-")))
+    out.print(table)
+
+
+@study_app.command("delete")
+def study_delete(name: str = typer.Argument(..., help="Study name.")) -> None:
+    """Delete a study, its trials and its Optuna searches."""
+    from tunefw.store import queries as q
+    from tunefw.sweep import storage_for
+    store = _store()
+    with store.session() as s:
+        prefix = q.get_study(s, name).name + "/"  # fail on an unknown name before touching Optuna
+    storage = storage_for(store)
+    for summary in storage.get_all_studies():
+        if summary.study_name.startswith(prefix):
+            storage.delete_study(summary._study_id)
+    with store.session() as s:
+        q.delete_study(s, name)
+    out.print(f"deleted study {name}")
+
+
+# ---- trial, status, db ------------------------------------------------------------------------
+@trial_app.command("show")
+def trial_show(trial_id: int = typer.Argument(..., help="Trial id (as in study show)."),
+               as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """A trial's config, outcome, timings, device and log."""
+    from tunefw.store.models import Trial
+    store = _store()
+    with store.session() as s:
+        t = s.get(Trial, trial_id)
+        if t is None:
+            raise UserError(f"trial {trial_id} not found")
+        data = {c.name: getattr(t, c.name) for c in Trial.__table__.columns}
+    data["created_at"] = str(data["created_at"])
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    log = data.pop("log")
+    for k, v in data.items():
+        out.print(f"[bold]{k}[/]: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+    out.print("[bold]log[/]:")
+    out.print(log or "(empty)", markup=False, highlight=False)
+
+
+@app.command("status")
+def status() -> None:
+    """Studies in progress, the workers of their last launch, and recent errors."""
+    from sqlalchemy import select
+    from tunefw.store import queries as q
+    from tunefw.store.models import Trial
+    store = _store()
+    with store.session() as s:
+        studies = q.list_studies(s)
+        if not studies:
+            out.print("no studies yet")
+            return
+        for study in studies:
+            rows = [q.problem_summary(s, study, p) for p in study.problems]
+            target = sum(study.spec["trials"] for _ in rows)
+            done = sum(min(r["evaluated"], study.spec["trials"]) for r in rows)
+            state = "done" if done >= target else ("in progress" if done else "not started")
+            out.print(f"[bold]{study.name}[/] round {study.round}: {done}/{target} evaluated, {state}")
+            stats = study.stats or {}
+            for gpu, busy in (stats.get("gpu_busy") or {}).items():
+                rate = stats["trials_per_s_per_gpu"].get(gpu, 0.0)
+                out.print(f"  worker GPU {gpu}: {rate:.2f} trials/s, busy {busy:.0%}"
+                          + (" (SIMULATED)" if stats.get("simulated") else ""))
+            errors = s.scalars(select(Trial).where(
+                Trial.study_id == study.id,
+                Trial.status.notin_(["OK", "INVALID"])).order_by(Trial.id.desc()).limit(3))
+            for t in errors:
+                first = (t.log or "").strip().splitlines()[:1]
+                out.print(f"  trial {t.id} {t.status}: {first[0][:100] if first else ''}",
+                          markup=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Upgrade an older tunefw database to this version's schema."""
+    from tunefw.store import upgrade_store
+    before, after = upgrade_store(_state["db"])
+    out.print(f"database schema {before or 'empty'} -> {after}")
+
+
+# ---- launch, export, compile --------------------------------------------------------------
+def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
+    if backend not in ("auto", "sim", "cuda"):
+        raise UserError(f"--backend {backend!r}: expected auto, sim or cuda")
+    if gpus < 1:
+        raise UserError(f"--gpus {gpus}: expected at least 1")
+    if backend == "sim" or (backend == "auto" and address is None and _local_gpus() == 0):
+        if backend == "auto":
+            err.print("no GPU visible: using the SIMULATED device (--backend sim)")
+        return "sim"
+    if address is None and _local_gpus() < gpus:
+        raise UserError(f"--gpus {gpus}: this machine has {_local_gpus()} visible GPU(s)")
+    return "cuda"
+
+
+def _local_gpus() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+@app.command("launch")
+def launch(
+    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
+    gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
+    backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
+                                "else sim) | sim (SIMULATED device on CPU) | cuda."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
+                                          "(e.g. 127.0.0.1:6379) instead of starting one."),
+    new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
+                                   "the device or a parameter space changed)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory "
+                                             "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
+) -> None:
+    """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
+    from tunefw.progress import LaunchProgress
+    from tunefw.sweep import LaunchOptions, Sweep
+    from tunefw.store import queries as q
+
+    chosen = _pick_backend(backend, gpus, address)
+    store = _store()
+    with store.session() as s:
+        name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
+    options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
+                            cache_dir=cache_dir)
+    with LaunchProgress(out) as progress:
+        stats = Sweep(store, name, options, progress.hook).run()
+    out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
+              f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
+              + (" [SIMULATED]" if stats["simulated"] else ""))
+
+
+@app.command("export")
+def export_cmd(
+    path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
+    fmt: str = typer.Option("json", "--format", help="json | csv."),
+    allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
+                                     help="Export even if winners come from different devices."),
+) -> None:
+    """Write the study's winners as a dispatch table (schema in the README)."""
+    from tunefw.export import export
+    table = export(_store(), path, study, fmt, allow_mixed)
+    out.print(f"wrote {path}: {len(table.entries)} entries"
+              + (" (SIMULATED device)" if table.simulated else ""))
+
+
+@app.command("compile")
+def compile_cmd(
+    family: str = typer.Argument(..., help="Kernel family (mma_sm80 | wgmma_sm90)."),
+    arch: str = typer.Option(..., "--arch", help="sm_80 | sm_90 | sm_90a."),
+    sample: int = typer.Option(8, "--sample", help="How many random valid configs."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    config: Optional[str] = typer.Option(None, "--config", help="One config as JSON instead."),
+    check_sass: bool = typer.Option(False, "--check-sass", help="Fail configs whose SASS uses "
+                                    "local memory (LDL/STL), or lacks HGMMA for wgmma_sm90."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16."),
+) -> None:
+    """Compile sampled (or given) configs without a GPU; report registers, smem, spills."""
+    from tunefw.compile_cmd import run_compile
+    code = run_compile(family, arch, sample, seed, config, check_sass, cache_dir, dtype, out)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Entry point: run the app, turning every error into one line on stderr."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=sys.argv[1:], prog_name="tunefw", standalone_mode=False)
+    except _Exit as exc:
+        sys.exit(exc.exit_code)
+    except _click_exc.UsageError as exc:
+        if exc.ctx is not None and type(exc).__name__ == "NoArgsIsHelpError":
+            print(exc.ctx.get_help())
+            sys.exit(0)
+        where = exc.ctx.command_path if exc.ctx else "tunefw"
+        err.print(f"{where}: error: {exc.format_message()}", markup=False)
+        sys.exit(2)
+    except _click_exc.ClickException as exc:
+        err.print(f"tunefw: error: {exc.format_message()}", markup=False)
+        sys.exit(exc.exit_code)
+    except (_Abort, KeyboardInterrupt):
+        err.print("tunefw: interrupted; trials in flight were discarded, launch again to resume",
+                  markup=False)
+        sys.exit(130)
+    except UserError as exc:
+        err.print(f"tunefw: error: {exc}", markup=False)
+        sys.exit(1)
+    except Exception as exc:  # a bug, not bad input: one line unless asked for the traceback
+        if os.environ.get("TUNEFW_DEBUG"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        err.print(f"tunefw: internal error: {type(exc).__name__}: {first} "
+                  "(TUNEFW_DEBUG=1 shows the traceback)", markup=False)
+        sys.exit(3)

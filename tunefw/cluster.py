@@ -1,0 +1,220 @@
+"""Ray worker pool: one actor per GPU (num_gpus=1 pins it), a watchdog, restarts.
+
+Workers only evaluate and return Outcomes; the driver records them. A worker whose CUDA
+context is poisoned, whose process died, or whose trial ran past its deadline is killed and
+replaced; the sweep goes on.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from tunefw.errors import UserError
+from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.study import SimSettings
+
+STARTUP_GRACE_S = 60.0  # a fresh actor may take this long to come up before its first trial
+WATCHDOG_SLACK_S = 5.0  # past the trial timeout before the worker is killed
+QUEUE_DEPTH = 2  # trials queued per worker: the next is ready the moment one finishes
+
+
+@ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_task_retries=0)
+class GpuWorker:
+    """Lives on one GPU (its own CUDA_VISIBLE_DEVICES) and evaluates trials there."""
+
+    def __init__(self, backend: str, sim: SimSettings | None) -> None:
+        if backend == "cuda":
+            from tunefw.evaluate.cuda import CudaEvaluator
+            self.evaluator = CudaEvaluator()
+        else:
+            from tunefw.evaluate.sim import SimEvaluator
+            self.evaluator = SimEvaluator(sim or SimSettings())
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "fingerprint": self.evaluator.fingerprint(),
+                "device": self.evaluator.device_spec()}
+
+    def evaluate(self, spec: TrialSpec, compiled: Any) -> Outcome:
+        return self.evaluator.evaluate(spec, compiled)
+
+    def confirm(self, spec: TrialSpec, compiled: Any) -> Outcome:
+        return self.evaluator.confirm(spec, compiled)
+
+
+@dataclass
+class Job:
+    """A trial on its way through the pool; ``attempt`` counts worker deaths survived."""
+
+    spec: TrialSpec
+    compiled: Any = None
+    kind: str = "evaluate"  # or "confirm"
+    attempt: int = 1
+    lost_log: str = ""
+    submitted: float = 0.0
+    context: Any = None  # the caller's bookkeeping, returned untouched
+
+
+@dataclass
+class Slot:
+    index: int
+    actor: Any = None
+    started: float = 0.0
+    queue: deque = field(default_factory=deque)  # (job, ObjectRef)
+    head_since: float = 0.0  # when the first queued job started running (estimate)
+    restarts: int = 0
+    busy_s: float = 0.0
+    trials: int = 0
+    ready_ref: Any = None  # the actor's info() call: done once the process is up
+    ready_at: float = 0.0
+
+
+def connect(address: str | None, gpus: int, backend: str) -> None:
+    """Start a local Ray (with N logical GPUs for the simulator) or join a cluster."""
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    os.environ.get("PYTHONPATH", "")) if p)}}
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR")
+    else:
+        ray.init(num_gpus=gpus, num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                 runtime_env=env, log_to_driver=False, logging_level="ERROR")
+    have = int(ray.cluster_resources().get("GPU", 0))
+    if have < gpus:
+        ray.shutdown()
+        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s)")
+
+
+class WorkerPool:
+    """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines."""
+
+    def __init__(self, n: int, backend: str, sim: SimSettings | None,
+                 timeout_s: float) -> None:
+        self.backend = backend
+        self.sim = sim
+        self.timeout_s = timeout_s
+        self.slots = [Slot(i) for i in range(n)]
+        self.events: list[str] = []  # restarts and kills, for the status line
+        for slot in self.slots:
+            self._start(slot)
+        self.infos = ray.get([s.ready_ref for s in self.slots])
+
+    def _start(self, slot: Slot) -> None:
+        slot.actor = GpuWorker.remote(self.backend, self.sim)
+        slot.started = time.monotonic()
+        slot.ready_ref = slot.actor.info.remote()
+
+    def _restart(self, slot: Slot, why: str) -> None:
+        ray.kill(slot.actor, no_restart=True)
+        slot.restarts += 1
+        self.events.append(f"worker {slot.index} restarted: {why}")
+        self._start(slot)
+
+    def free_slots(self) -> list[Slot]:
+        return sorted((s for s in self.slots if len(s.queue) < QUEUE_DEPTH),
+                      key=lambda s: len(s.queue))
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(s.queue) for s in self.slots)
+
+    def submit(self, slot: Slot, job: Job) -> None:
+        method = slot.actor.evaluate if job.kind == "evaluate" else slot.actor.confirm
+        ref = method.remote(job.spec, job.compiled)
+        job.submitted = time.monotonic()
+        if not slot.queue:
+            slot.head_since = job.submitted
+        slot.queue.append((job, ref))
+
+    def _deadline(self, slot: Slot, job: Job) -> float:
+        if slot.ready_ref is not None:  # deadlines count from when the worker is up
+            ready, _ = ray.wait([slot.ready_ref], timeout=0)
+            if not ready:
+                return slot.started + STARTUP_GRACE_S + job.spec.timeout_s
+            slot.ready_ref = None
+            slot.ready_at = time.monotonic()
+        return max(slot.head_since, slot.ready_at) + job.spec.timeout_s + WATCHDOG_SLACK_S
+
+    def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
+        """Finished (job, outcome) pairs, and jobs to run again (their worker was lost)."""
+        heads = {s.queue[0][1]: s for s in self.slots if s.queue}
+        done: list[tuple[Job, Outcome]] = []
+        retry: list[Job] = []
+        if heads:
+            refs = list(heads)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+            if ready:  # collect every head that is done, not just the first
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                slot = heads[ref]
+                job, _ = slot.queue.popleft()
+                now = time.monotonic()
+                try:
+                    outcome: Outcome = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    self._lost(slot, job, exc, done, retry)
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # an evaluator bug: the trial crashed
+                    outcome = Outcome(Status.RUNTIME_CRASH, log=str(exc)[-4000:],
+                                      evaluator=self.backend, poisoned=True)
+                slot.trials += 1
+                slot.busy_s += outcome.busy_s
+                slot.head_since = now
+                if job.lost_log:
+                    outcome.log = job.lost_log + outcome.log
+                done.append((job, outcome))
+                if outcome.poisoned:
+                    self._requeue_rest(slot, retry)
+                    self._restart(slot, f"{outcome.status.value} poisoned its CUDA context")
+        elif wait_s:
+            time.sleep(wait_s)
+        self._watchdog(done, retry)
+        return done, retry
+
+    def _requeue_rest(self, slot: Slot, retry: list[Job]) -> None:
+        while slot.queue:  # queued behind a killed head: never started, run them elsewhere
+            retry.append(slot.queue.popleft()[0])
+
+    def _lost(self, slot: Slot, job: Job, exc: Exception, done: list, retry: list) -> None:
+        """The worker process died under this job: retry once, then call it a crash."""
+        self._requeue_rest(slot, retry)
+        self._restart(slot, "worker process died")
+        note = f"attempt {job.attempt}: WORKER_LOST (worker process died)\n"
+        if job.attempt >= 2:
+            done.append((job, Outcome(Status.RUNTIME_CRASH, evaluator=self.backend,
+                                      log=job.lost_log + note +
+                                      "the worker died on both attempts: the config kills it")))
+        else:
+            job.attempt += 1
+            job.lost_log += note
+            retry.append(job)
+
+    def _watchdog(self, done: list, retry: list) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if not slot.queue:
+                continue
+            job, _ = slot.queue[0]
+            if now > self._deadline(slot, job):
+                slot.queue.popleft()
+                self._requeue_rest(slot, retry)
+                self._restart(slot, f"trial {job.spec.trial_id} over its timeout")
+                done.append((job, Outcome(
+                    Status.TIMEOUT, evaluator=self.backend, gpu=self.infos[slot.index]["gpu"],
+                    log=job.lost_log + f"killed by the watchdog after {now - slot.head_since:.1f} s "
+                                       f"(timeout {job.spec.timeout_s:g} s)")))
+
+    def shutdown(self) -> None:
+        for slot in self.slots:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:  # already gone
+                pass

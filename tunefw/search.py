@@ -1,0 +1,171 @@
+"""Optuna search for one problem: the families' declared spaces become distributions; asks yield
+configs, invalid ones are answered at once, repeats reuse stored results, tells close trials."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import optuna
+from optuna.trial import TrialState
+
+from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
+from tunefw.problem import GemmProblem
+from tunefw.templates import get_family
+from tunefw.templates.base import KernelTemplate
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# TPE's multivariate/group modes are "experimental" in Optuna; they are what conditional
+# (per-family) spaces need, so the warning is noise here.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+STALL_LIMIT = 64  # asks in a row that bring nothing new before the space is enumerated
+
+
+def config_key(family: str, config: dict) -> str:
+    """Canonical identity of a config: the reuse and dedupe key."""
+    text = json.dumps({"family": family, "config": config}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _is_ordinal(values: tuple) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _suggest(trial: optuna.Trial, family: KernelTemplate) -> dict:
+    """Sample a config of one family from its declared params (ordinal ones by sorted index)."""
+    config = {}
+    for p in family.params:
+        name = f"{family.family}.{p.name}"
+        if _is_ordinal(p.values) and len(p.values) > 1:
+            ordered = sorted(p.values)
+            config[p.name] = ordered[trial.suggest_int(name, 0, len(ordered) - 1)]
+        else:
+            config[p.name] = trial.suggest_categorical(name, list(p.values))
+    return config
+
+
+def _params_for(family: KernelTemplate, config: dict) -> dict:
+    """The Optuna params that make ``_suggest`` reproduce ``config`` (for enqueue_trial)."""
+    params: dict[str, Any] = {}
+    for p in family.params:
+        name = f"{family.family}.{p.name}"
+        if _is_ordinal(p.values) and len(p.values) > 1:
+            params[name] = sorted(p.values).index(config[p.name])
+        else:
+            params[name] = config[p.name]
+    return params
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=10)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "grid":  # configs come from enumerate_valid() through enqueue_trial
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise UserError(f"sampler {name!r}: expected tpe, random, grid or cmaes")
+
+
+def enumerate_valid(families: list[str], problem: GemmProblem,
+                    device: DeviceSpec) -> Iterator[tuple[str, dict]]:
+    """Every valid (family, config) of the problem, in the declared order."""
+    for fam_name in families:
+        fam = get_family(fam_name)
+        for config in fam.iter_space():
+            if fam.check(config, problem, device) is None:
+                yield fam_name, config
+
+
+@dataclass
+class Proposal:
+    """What an ask produced: a config to evaluate, or one answered without evaluation."""
+
+    trial: optuna.trial.Trial
+    family: str
+    config: dict
+    key: str
+    invalid_reason: str | None = None
+
+
+class ProblemSearch:
+    """The Optuna study of one (tunefw study, problem, round)."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str, sampler: str,
+                 seed: int, families: list[str], problem: GemmProblem,
+                 device: DeviceSpec) -> None:
+        self.families = families
+        self.problem = problem
+        self.device = device
+        self.grid = sampler == "grid"
+        self.study = optuna.create_study(storage=storage, study_name=study_name,
+                                         direction="maximize", load_if_exists=True,
+                                         sampler=make_sampler(sampler, seed))
+        self._fail_orphans()
+        self._rng = random.Random(seed)
+        self._queue: list[tuple[str, dict]] | None = None  # enumerated configs still to try
+        self.stall = 0
+
+    def _fail_orphans(self) -> None:
+        """Trials left RUNNING by a killed launch never got a row: close them as failed."""
+        storage = self.study._storage
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def _enqueue_next(self, known: set[str]) -> bool:
+        """Enumerated mode: enqueue the next config not yet known; False when none is left."""
+        if self._queue is None:
+            self._queue = list(enumerate_valid(self.families, self.problem, self.device))
+            if not self.grid:
+                self._rng.shuffle(self._queue)
+        while self._queue:
+            fam, config = self._queue.pop(0)
+            if config_key(fam, config) not in known:
+                params = {"family": fam} if len(self.families) > 1 else {}
+                params.update(_params_for(get_family(fam), config))
+                self.study.enqueue_trial(params, skip_if_exists=False)
+                return True
+        return False
+
+    def exhausted(self, known: set[str]) -> bool:
+        """True when every valid config of the problem is known (measured or in flight)."""
+        if self._queue is None and not self.grid:
+            return False
+        return not self._queue_has_new(known)
+
+    def _queue_has_new(self, known: set[str]) -> bool:
+        if self._queue is None:
+            self._queue = list(enumerate_valid(self.families, self.problem, self.device))
+        return any(config_key(f, c) not in known for f, c in self._queue)
+
+    def ask(self, known: set[str]) -> Proposal | None:
+        """One proposal; None when the valid space holds nothing that is not already known."""
+        if self.grid or self.stall >= STALL_LIMIT:
+            if not self._enqueue_next(known):
+                return None
+        trial = self.study.ask()
+        fam_name = (trial.suggest_categorical("family", self.families)
+                    if len(self.families) > 1 else self.families[0])
+        family = get_family(fam_name)
+        config = _suggest(trial, family)
+        key = config_key(fam_name, config)
+        reason = family.check(config, self.problem, self.device)
+        if reason is not None or key in known:
+            self.stall += 1
+        else:
+            self.stall = 0
+        return Proposal(trial, fam_name, config, key, reason)
+
+    def tell(self, trial: optuna.trial.Trial | int, tflops: float | None) -> None:
+        """Close a trial: its TFLOP/s, or failed (invalid, wrong, crashed, ...)."""
+        if tflops is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self.study.tell(trial, tflops)

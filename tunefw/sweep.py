@@ -1,0 +1,373 @@
+"""The sweep scheduler (driver side): asks Optuna for configs, answers invalid and known ones at
+once, compiles ahead, keeps every GPU worker fed, records each result in its own transaction,
+then confirms each problem's top configs against cuBLAS and stores the winner."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import optuna
+
+from tunefw.cluster import Job, WorkerPool, connect
+from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
+from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.search import ProblemSearch
+from tunefw.store import Store
+from tunefw.store import queries as q
+from tunefw.store.models import Problem, Study
+from tunefw.study import StudySpec
+from tunefw.templates import FAMILIES, get_family
+
+
+@dataclass
+class ProblemState:
+    """Driver bookkeeping of one problem during a launch."""
+
+    row: Problem
+    search: ProblemSearch
+    budget: int
+    evaluated: int = 0
+    known: set = field(default_factory=set)  # config keys measured, rejected or in flight
+    values: dict = field(default_factory=dict)  # config key -> TFLOP/s of its OK result
+    in_flight: int = 0
+    best: float = 0.0
+    exhausted: bool = False
+
+    @property
+    def asking(self) -> bool:
+        return not self.exhausted and self.evaluated + self.in_flight < self.budget
+
+    @property
+    def done(self) -> bool:
+        return self.in_flight == 0 and (self.exhausted or self.evaluated >= self.budget)
+
+
+@dataclass
+class LaunchOptions:
+    gpus: int
+    backend: str  # "sim" | "cuda"
+    address: str | None = None
+    new_round: bool = False
+    cache_dir: Any = None
+
+
+ProgressHook = Callable[[str, dict], None]
+
+
+def storage_for(store: Store) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage in the same database (its own tables, no tunefw_ prefix)."""
+    kwargs = {"connect_args": {"timeout": 30}} if store.url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(store.url, engine_kwargs=kwargs)
+
+
+def optuna_study_name(study: Study, problem: Problem) -> str:
+    return f"{study.name}/{problem.key}/r{study.round}"
+
+
+def _families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+    names = spec.families or sorted(FAMILIES)
+    usable = [f for f in names if get_family(f).supports(device)]
+    if not usable:
+        raise UserError(f"families {names}: none runs on {device.name} (cc {device.cc})")
+    return usable
+
+
+def _guard_round(s, study: Study, fingerprint: dict, families: list[str],
+                 new_round: bool) -> None:
+    """Refuse to resume on another device or after the space changed, unless a new round."""
+    hashes = {f: get_family(f).space_hash() for f in families}
+    if study.fingerprint is not None and new_round:
+        study.round += 1
+        study.fingerprint = None
+    if study.fingerprint is None:
+        study.fingerprint = fingerprint
+        study.space_hashes = hashes
+        return
+    if q.fingerprint_key(study.fingerprint) != q.fingerprint_key(fingerprint):
+        raise UserError(f"study {study.name!r} round {study.round} ran on "
+                        f"{study.fingerprint.get('name')}, this launch is on "
+                        f"{fingerprint.get('name')}: pass --new-round to start a new round")
+    if study.space_hashes != hashes:
+        raise UserError(f"study {study.name!r}: a family's parameter space changed since round "
+                        f"{study.round}: pass --new-round to start a new round")
+
+
+class Sweep:
+    """One launch of one study."""
+
+    def __init__(self, store: Store, study_name: str | None, options: LaunchOptions,
+                 progress: ProgressHook | None = None) -> None:
+        self.store = store
+        self.options = options
+        self.progress = progress or (lambda event, data: None)
+        with store.session() as s:
+            study = q.get_study(s, study_name)
+            self.study_id = study.id
+            self.spec = StudySpec.from_dict(study.spec)
+        self.pool: WorkerPool | None = None
+        self.compiler = None
+        self.states: dict[int, ProblemState] = {}
+        self.pending: list[Job] = []  # ready to run on a worker
+        self.compiling: list[tuple[Any, Job]] = []
+        self.source_hash = {f: get_family(f).source_hash() for f in FAMILIES}
+
+    # ---- set-up -------------------------------------------------------------------------------
+    def _open(self) -> None:
+        connect(self.options.address, self.options.gpus, self.options.backend)
+        self.pool = WorkerPool(self.options.gpus, self.options.backend, self.spec.sim,
+                               self.spec.timeout_s)
+        info = self.pool.infos[0]
+        self.device: DeviceSpec = info["device"]
+        self.fingerprint: dict = info["fingerprint"]
+        self.families = _families(self.spec, self.device)
+        if self.options.backend == "cuda":
+            from tunefw.compiler import CompilePool
+            self.compiler = CompilePool(cache_dir=self.options.cache_dir)
+        with self.store.session() as s:  # commit the round first: Optuna writes on its own
+            study = s.get(Study, self.study_id)
+            _guard_round(s, study, self.fingerprint, self.families, self.options.new_round)
+            study.backend = self.options.backend
+            self.round = study.round
+            self.study_name = study.name
+        storage = storage_for(self.store)
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            problems = list(study.problems)
+            names = {p.id: optuna_study_name(study, p) for p in problems}
+        for prow in problems:
+            search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
+                                   self.spec.seed + prow.id, self.families, q.as_problem(prow),
+                                   self.device)
+            self.states[prow.id] = ProblemState(prow, search, self.spec.trials)
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            for prow in problems:
+                state = self.states[prow.id]
+                for t in q.problem_trials(s, study, prow):
+                    state.known.add(t.config_key)
+                    if t.status != Status.INVALID.value:
+                        state.evaluated += 1
+                    if t.status == Status.OK.value:
+                        state.best = max(state.best, t.tflops or 0.0)
+                        state.values[t.config_key] = t.tflops
+        self.progress("start", {"study": self.study_name, "backend": self.options.backend,
+                                "device": self.fingerprint.get("name"),
+                                "workers": [i["gpu"] for i in self.pool.infos],
+                                "problems": [self._progress_row(st) for st in self.states.values()]})
+
+    def _progress_row(self, st: ProblemState) -> dict:
+        return {"id": st.row.id, "key": st.row.key, "evaluated": st.evaluated,
+                "budget": st.budget, "best": st.best, "done": st.done}
+
+    # ---- asking -------------------------------------------------------------------------------
+    def _spec(self, st: ProblemState, trial_id: int, family: str, config: dict) -> TrialSpec:
+        return TrialSpec(trial_id=trial_id, family=family, config=config,
+                         problem=q.as_problem(st.row).as_dict(), timeout_s=self.spec.timeout_s,
+                         seed=self.spec.seed * 1_000_003 + st.row.id)
+
+    def _ask_one(self, st: ProblemState) -> None:
+        """Ask until one config goes to evaluation (or the problem has nothing new)."""
+        while st.asking:
+            prop = st.search.ask(st.known)
+            if prop is None:
+                st.exhausted = True
+                return
+            trial_no = prop.trial._trial_id
+            if prop.invalid_reason is not None:
+                st.search.tell(prop.trial, None)
+                if prop.key not in st.known:  # record each rejected config once
+                    st.known.add(prop.key)
+                    self._record(st, prop.family, prop.config, prop.key,
+                                 Outcome(Status.INVALID, log=prop.invalid_reason,
+                                         evaluator=self.options.backend), trial_no)
+                continue
+            if prop.key in st.known:  # a repeat within this round: answer from the row
+                st.search.tell(prop.trial, st.values.get(prop.key))
+                continue
+            st.known.add(prop.key)
+            if self._reuse(st, prop):
+                continue
+            spec = self._spec(st, trial_no, prop.family, prop.config)
+            job = Job(spec, context=(st.row.id, prop.trial, prop.key))
+            st.in_flight += 1
+            self._compile_or_queue(job)
+            return
+
+    def _reuse(self, st: ProblemState, prop) -> bool:
+        """Answer from a stored measurement of the same config, sources, evaluator and device."""
+        if not self.spec.reuse:
+            return False
+        with self.store.session() as s:
+            old = q.find_reusable(s, q.as_problem(st.row), prop.key,
+                                  self.source_hash[prop.family], self.options.backend,
+                                  q.fingerprint_key(self.fingerprint))
+            if old is None:
+                return False
+            outcome = Outcome(Status(old.status), log=f"reused trial {old.id}\n{old.log}",
+                              median_ms=old.median_ms, min_ms=old.min_ms, iqr_ms=old.iqr_ms,
+                              tflops=old.tflops, rel_err=old.rel_err,
+                              cublas_tflops=old.cublas_tflops, fingerprint=old.fingerprint,
+                              gpu=old.gpu, evaluator=old.evaluator)
+            old_id = old.id
+        self._finish(st, prop.family, prop.config, prop.key, outcome, prop.trial, reused=old_id)
+        return True
+
+    def _compile_or_queue(self, job: Job) -> None:
+        if self.compiler is None:
+            self.pending.append(job)
+            return
+        spec = job.spec
+        future = self.compiler.submit(get_family(spec.family), spec.config,
+                                      spec.problem["dtype"], self.device.arch)
+        self.compiling.append((future, job))
+
+    def _collect_compiles(self) -> None:
+        still = []
+        for future, job in self.compiling:
+            if not future.done():
+                still.append((future, job))
+                continue
+            result = future.result()
+            if result.ok:
+                job.compiled = result
+                self.pending.append(job)
+            else:
+                self._job_done(job, Outcome(result.status, log=result.log,
+                                            evaluator=self.options.backend,
+                                            compile_s=result.seconds))
+        self.compiling = still
+
+    # ---- recording ----------------------------------------------------------------------------
+    def _record(self, st: ProblemState, family: str, config: dict, key: str, outcome: Outcome,
+                trial_no: int | None, attempts: int = 1, reused: int | None = None) -> int:
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            row = q.record_trial(s, study, s.get(Problem, st.row.id), family, config, key,
+                                 outcome, self.source_hash[family], trial_no, attempts, reused)
+            return row.id
+
+    def _finish(self, st: ProblemState, family: str, config: dict, key: str, outcome: Outcome,
+                trial, attempts: int = 1, reused: int | None = None) -> None:
+        row_id = self._record(st, family, config, key, outcome, trial._trial_id, attempts, reused)
+        st.evaluated += 1
+        if outcome.ok:
+            st.best = max(st.best, outcome.tflops or 0.0)
+            st.values[key] = outcome.tflops
+        st.search.tell(trial, outcome.tflops if outcome.ok else None)
+        self.progress("trial", {"problem": self._progress_row(st), "trial_id": row_id,
+                                "status": outcome.status.value, "tflops": outcome.tflops,
+                                "gpu": outcome.gpu})
+
+    def _job_done(self, job: Job, outcome: Outcome) -> None:
+        problem_id, trial, key = job.context
+        st = self.states[problem_id]
+        st.in_flight -= 1
+        if job.compiled is not None and outcome.compile_s is None:
+            outcome.compile_s = getattr(job.compiled, "seconds", None)
+        self._finish(st, job.spec.family, job.spec.config, key, outcome, trial, job.attempt)
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def _fill(self) -> None:
+        """Keep enough work compiled or queued that no worker waits."""
+        target = 2 * len(self.pool.slots) + (2 * len(self.pool.slots) if self.compiler else 0)
+        while len(self.pending) + len(self.compiling) < target:
+            asking = [st for st in self.states.values() if st.asking]
+            if not asking:
+                return
+            st = min(asking, key=lambda x: (x.evaluated + x.in_flight, x.row.id))
+            self._ask_one(st)
+
+    def _dispatch(self) -> None:
+        for slot in self.pool.free_slots():
+            if not self.pending:
+                return
+            self.pool.submit(slot, self.pending.pop(0))
+
+    def run(self) -> dict:
+        """Run the search to its budget (resuming where a previous launch stopped), confirm the
+        winners, store and return the sweep figures."""
+        self._open()
+        start = time.monotonic()  # the sweep's wall time starts with its workers up
+        try:
+            while not all(st.done for st in self.states.values()):
+                self._fill()
+                if self.compiler is not None:
+                    self._collect_compiles()
+                self._dispatch()
+                done, retry = self.pool.poll(0.05)
+                for job in retry:
+                    self.pending.insert(0, job)
+                for job, outcome in done:
+                    self._job_done(job, outcome)
+                if self.pool.events:
+                    self.progress("events", {"events": self.pool.events[:]})
+                    self.pool.events.clear()
+            self._confirm()
+            stats = self._stats(time.monotonic() - start)
+            self.progress("end", stats)
+            return stats
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self.compiler is not None:
+            self.compiler.close()
+        if self.pool is not None:
+            self.pool.shutdown()
+        for st in self.states.values():  # trials in flight at an interrupt get no row
+            st.search._fail_orphans()
+
+    # ---- confirmation -------------------------------------------------------------------------
+    def _confirm(self) -> None:
+        """Re-time each problem's top configs interleaved with cuBLAS; the best becomes winner."""
+        jobs: list[Job] = []
+        with self.store.session() as s:
+            for st in self.states.values():
+                for t in q.top_trials(s, st.row, self.round, self.spec.confirm_top):
+                    spec = self._spec(st, t.optuna_trial or t.id, t.family, t.config)
+                    jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id)))
+        if not jobs:
+            return
+        self.progress("confirm", {"configs": len(jobs)})
+        if self.compiler is not None:
+            futures = [self.compiler.submit(get_family(j.spec.family), j.spec.config,
+                                            j.spec.problem["dtype"], self.device.arch)
+                       for j in jobs]
+            for job, fut in zip(jobs, futures):
+                job.compiled = fut.result()
+        results: dict[int, list[tuple[int, Outcome]]] = {}
+        queue = list(jobs)
+        while queue or self.pool.in_flight:
+            for slot in self.pool.free_slots():
+                if queue:
+                    self.pool.submit(slot, queue.pop(0))
+            done, retry = self.pool.poll(0.05)
+            queue[:0] = retry
+            for job, outcome in done:
+                problem_id, trial_id = job.context
+                if outcome.ok:
+                    results.setdefault(problem_id, []).append((trial_id, outcome))
+        with self.store.session() as s:
+            for problem_id, rows in results.items():
+                trial_id, best = max(rows, key=lambda r: r[1].tflops or 0.0)
+                q.set_winner(s, s.get(Problem, problem_id), s.get(q.Trial, trial_id),
+                             best.tflops, best.cublas_tflops, confirmed=True)
+
+    def _stats(self, wall_s: float) -> dict:
+        slots = self.pool.slots
+        gpus = [self.pool.infos[s.index]["gpu"] for s in slots]
+        stats = {
+            "wall_s": round(wall_s, 3), "workers": len(slots),
+            "trials": sum(s.trials for s in slots),
+            "trials_per_s": sum(s.trials for s in slots) / wall_s if wall_s else 0.0,
+            "trials_per_s_per_gpu": {g: s.trials / wall_s for g, s in zip(gpus, slots)},
+            "gpu_busy": {g: min(1.0, s.busy_s / wall_s) for g, s in zip(gpus, slots)},
+            "restarts": sum(s.restarts for s in slots),
+            "simulated": self.options.backend == "sim",
+        }
+        stats["gpu_busy_mean"] = sum(stats["gpu_busy"].values()) / max(len(slots), 1)
+        with self.store.session() as s:
+            s.get(Study, self.study_id).stats = stats
+        return stats

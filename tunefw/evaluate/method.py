@@ -6,7 +6,10 @@ under the dtype bound and under 4x the error of cuBLAS on the same inputs, globa
 """
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -74,3 +77,100 @@ def verify(out: torch.Tensor, ref: torch.Tensor, dtype: str,
         return Verdict(False, err, f"{int(over.sum())} rows over their limit, first row {r}: "
                                    f"{float(rows[r]):.3e} > {float(row_limit[r]):.3e}")
     return Verdict(True, err)
+
+
+# ---- timing (screening, confirmation, graphs) ----------------------------------------------
+# A launch is any callable that enqueues one GEMM on the current stream; `wait` blocks until the
+# stream is idle (evaluators pass one that enforces the trial deadline). Events bracket each
+# launch alone; the L2 flush runs between launches, outside the timed region.
+
+WARMUP_LAUNCHES = 3
+SCREEN_LAUNCHES = 10
+SCREEN_MIN_MS = 10.0
+MAX_LAUNCHES = 5000
+GRAPH_BELOW_MS = 0.020  # kernels faster than this are also timed as a CUDA graph of launches
+GRAPH_MIN_MS = 0.2  # a graph holds enough launches to run at least this long
+
+
+@dataclass
+class Timing:
+    """Per-launch times in ms (median, min, inter-quartile range) and how they were taken."""
+
+    median_ms: float
+    min_ms: float
+    iqr_ms: float
+    samples: int
+    launches_per_sample: int = 1  # > 1: each sample was a CUDA graph of this many launches
+
+
+def summarize(samples_ms: list[float], launches_per_sample: int = 1) -> Timing:
+    """Median, min and IQR of per-launch times (graph samples divided by their launch count)."""
+    xs = sorted(s / launches_per_sample for s in samples_ms)
+    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else (xs[0],) * 3
+    return Timing(statistics.median(xs), xs[0], q3 - q1, len(xs), launches_per_sample)
+
+
+class L2Flush:
+    """Evicts the L2 between launches by writing a buffer twice its size."""
+
+    def __init__(self, l2_bytes: int, device: torch.device | str = "cuda") -> None:
+        self.buffer = torch.empty(max(2 * l2_bytes, 2**20), dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def launch_count(per_launch_ms: float, min_launches: int, min_ms: float) -> int:
+    """Launches needed for at least ``min_launches`` and ``min_ms`` of kernel time."""
+    wanted = math.ceil(min_ms / per_launch_ms) if per_launch_ms > 0 else MAX_LAUNCHES
+    return max(min_launches, min(wanted, MAX_LAUNCHES))
+
+
+def time_each(launches: list[Callable[[], None]], flush: Callable[[], None] | None,
+              wait: Callable[[], None]) -> list[float]:
+    """Run the launches in order, each alone between two CUDA events; their times in ms."""
+    events = []
+    for launch in launches:
+        if flush:
+            flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        events.append((start, end))
+    wait()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def screen(launch: Callable[[], None], flush: Callable[[], None] | None, wait: Callable[[], None],
+           *, min_launches: int = SCREEN_LAUNCHES, min_ms: float = SCREEN_MIN_MS,
+           launches_per_sample: int = 1) -> Timing:
+    """Warm up, then time enough launches for ``min_launches`` and ``min_ms`` (design.md)."""
+    warm = time_each([launch] * WARMUP_LAUNCHES, flush, wait)
+    n = launch_count(min(warm), min_launches, min_ms)
+    return summarize(time_each([launch] * n, flush, wait), launches_per_sample)
+
+
+def interleaved(launch_a: Callable[[], None], launch_b: Callable[[], None],
+                flush: Callable[[], None] | None, wait: Callable[[], None], *, min_launches: int,
+                min_ms: float, launches_per_sample: int = 1) -> tuple[Timing, Timing]:
+    """Time A B A B ... (each flushed) until both reach ``min_launches`` and ``min_ms``."""
+    warm = time_each([launch_a, launch_b] * WARMUP_LAUNCHES, flush, wait)
+    n = max(launch_count(min(warm[0::2]), min_launches, min_ms),
+            launch_count(min(warm[1::2]), min_launches, min_ms))
+    times = time_each([launch_a, launch_b] * n, flush, wait)
+    return (summarize(times[0::2], launches_per_sample), summarize(times[1::2], launches_per_sample))
+
+
+def graph_repeats(per_launch_ms: float) -> int:
+    """How many launches one timing graph holds (at least GRAPH_MIN_MS of work)."""
+    return max(2, math.ceil(GRAPH_MIN_MS / max(per_launch_ms, 1e-4)))
+
+
+def capture_graph(launch: Callable[[], None], repeats: int) -> Callable[[], None]:
+    """A CUDA graph of ``repeats`` back-to-back launches; returns its replay function."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            launch()
+    return graph.replay

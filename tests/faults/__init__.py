@@ -1,0 +1,1 @@
+"""Fault kernels for tests and the GPU fault run (not shipped with tunefw)."""

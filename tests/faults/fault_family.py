@@ -1,0 +1,79 @@
+"""Kernel families built to fail: runtime faults (FaultFamily), a compile error, an endless compile.
+
+Their sources live beside this file: compile them with ``source_dir=FAULT_DIR``.
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any, Mapping
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
+
+FAULT_DIR = Path(__file__).resolve().parent
+FAULTS = ("none", "oob_write", "endless_loop", "wrong_result", "unwritten", "too_much_smem", "spill")
+DTYPE_CODE = {"bf16": 0, "fp16": 1}
+TILE = 16
+TOO_MUCH_SMEM_BYTES = 300 * 1024  # over every GPU's per-block opt-in limit (H200: 227 KB)
+
+
+class FaultFamily(KernelTemplate):
+    """A naive GEMM (fault='none' is correct) and its deliberately broken variants."""
+
+    family = "fault"
+    source = "fault_gemm.cuh"
+    kernel = "fault_gemm"
+    min_cc = 80
+    params = (Param("fault", FAULTS, "which failure the kernel commits"),)
+
+    def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
+        if config["fault"] == "spill" and problem.K % 64:
+            return f"fault=spill needs K % 64 == 0 (K={problem.K})"
+        return None
+
+    def estimate(self, config: Config) -> Resources:
+        smem = TOO_MUCH_SMEM_BYTES if config["fault"] == "too_much_smem" else 0
+        return Resources(threads=TILE * TILE, regs_per_thread=32, smem_bytes=smem)
+
+    def template_args(self, config: Config, dtype: str) -> list[str]:
+        return [str(FAULTS.index(config["fault"])), str(DTYPE_CODE[dtype])]
+
+    def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
+        grid = ((problem.N + TILE - 1) // TILE, (problem.M + TILE - 1) // TILE, 1)
+        return Launch(grid=grid, block=(TILE, TILE, 1), smem_bytes=self.estimate(config).smem_bytes)
+
+    def kernel_args(self, config: Config, problem: GemmProblem,
+                    ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
+        return [(ptrs["a"], ctypes.c_void_p), (ptrs["b"], ctypes.c_void_p),
+                (ptrs["c"], ctypes.c_void_p), (problem.M, ctypes.c_int),
+                (problem.N, ctypes.c_int), (problem.K, ctypes.c_int)]
+
+
+class _CompileOnly(KernelTemplate):
+    """A one-parameter template that is only ever compiled, never launched."""
+
+    def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
+        return None
+
+    def template_args(self, config: Config, dtype: str) -> list[str]:
+        return [str(config["x"])]
+
+
+class BrokenTemplate(_CompileOnly):
+    """Does not compile: an undeclared identifier."""
+
+    family = "broken"
+    source = "broken.cuh"
+    kernel = "broken_kernel"
+    params = (Param("x", (1, 2), "anything"),)
+
+
+class HangingCompileTemplate(_CompileOnly):
+    """Compiles for minutes to hours: 2^x template instantiations (x=30 never ends in practice)."""
+
+    family = "compile_hang"
+    source = "compile_hang.cuh"
+    kernel = "compile_hang"
+    params = (Param("x", (4, 30), "depth of the instantiation tree"),)

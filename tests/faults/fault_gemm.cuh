@@ -1,0 +1,70 @@
+// Fault kernels for tunefw's tests (not shipped): a naive, correct GEMM (FAULT = 0) and variants
+// broken on purpose. C[M,N] = A[M,K] * B[N,K]^T, row-major, 16-bit elements (DT 0 bf16, 1 fp16).
+// One thread per output element; blocks of 16 x 16 threads.
+#pragma once
+#include "faults/convert.cuh"
+
+namespace faults {
+
+enum : int {
+  NONE = 0, OOB_WRITE = 1, ENDLESS_LOOP = 2, WRONG_RESULT = 3, UNWRITTEN = 4,
+  TOO_MUCH_SMEM = 5, SPILL = 6,
+};
+
+__device__ __forceinline__ long long clock_now() {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
+// Dot product that holds 64 loaded values at once: volatile loads keep their order, so all of a's
+// 64 values are live before b's first load; under SPILL's 32-register cap this must spill.
+// Needs K % 64 == 0.
+template <int DT>
+__device__ float dot_spilling(const volatile unsigned short* a, const volatile unsigned short* b,
+                              int K) {
+  float acc = 0.f;
+  for (int k0 = 0; k0 < K; k0 += 64) {
+    float av[64];
+#pragma unroll
+    for (int j = 0; j < 64; ++j) av[j] = to_float<DT>(a[k0 + j]);
+#pragma unroll
+    for (int j = 0; j < 64; ++j) acc += av[j] * to_float<DT>(b[k0 + j]);
+  }
+  return acc;
+}
+
+}  // namespace faults
+
+template <int FAULT, int DT>
+__global__ void __launch_bounds__(256, FAULT == faults::SPILL ? 8 : 1)
+fault_gemm(const unsigned short* __restrict__ a, const unsigned short* __restrict__ b,
+           unsigned short* __restrict__ c, int M, int N, int K) {
+  using namespace faults;
+  extern __shared__ float dyn_smem[];
+  const int n = blockIdx.x * 16 + threadIdx.x;
+  const int m = blockIdx.y * 16 + threadIdx.y;
+  if (FAULT == ENDLESS_LOOP) {
+    while (clock_now() >= 0) {
+    }
+  }
+  if (m >= M || n >= N) return;
+  const unsigned short* arow = a + (size_t)m * K;
+  const unsigned short* brow = b + (size_t)n * K;
+  float acc = 0.f;
+  if (FAULT == SPILL) {
+    acc = dot_spilling<DT>(arow, brow, K);
+  } else {
+    for (int k = 0; k < K; ++k) acc += to_float<DT>(arow[k]) * to_float<DT>(brow[k]);
+  }
+  if (FAULT == TOO_MUCH_SMEM) {
+    volatile float* slot = dyn_smem + threadIdx.y * 16 + threadIdx.x;
+    *slot = acc;
+    acc = *slot;
+  }
+  if (FAULT == WRONG_RESULT && m == 7) acc *= 1.1f;  // one row off by 10%: the per-row check
+  if (FAULT == UNWRITTEN && n >= N - 8) return;        // last 8 columns keep their NaN
+  size_t idx = (size_t)m * N + n;
+  if (FAULT == OOB_WRITE) idx += (size_t)1 << 42;      // 8 TB past C: an illegal address
+  c[idx] = from_float<DT>(acc);
+}

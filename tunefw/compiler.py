@@ -1,0 +1,562 @@
+"""Kernel templates -> cubins: NVRTC (nvcc as fallback) in killable worker processes, cached.
+
+A compile runs in a separate worker process, so one that never ends is killed at its timeout
+(COMPILE_TIMEOUT) without harming the caller; its log is kept on failure (COMPILE_ERROR). Results
+live in a content-addressed disk cache keyed by everything that changes the cubin, and a cache
+hit is answered in the calling process without touching a worker.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import json
+import os
+import pickle
+import queue
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from tunefw.errors import UserError
+from tunefw.evaluate.outcome import Status
+from tunefw.templates.base import TEMPLATE_DIR, KernelTemplate
+
+FLAGS = ("-std=c++17", "--ptxas-options=-v")
+CACHE_FORMAT = 1  # bump when the stored metadata changes meaning
+WORKER_START_TIMEOUT_S = 120.0
+_ARCH = re.compile(r"^sm_(\d{2,3})(a?)$")
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+_SOURCE_SUFFIXES = (".cuh", ".h", ".hpp", ".cu", ".inc")
+
+
+# ---- results -------------------------------------------------------------------------------
+@dataclass
+class CompileResult:
+    """One compile (or cache hit): the cubin and what ptxas said about the kernel."""
+
+    status: Status
+    cubin: bytes | None
+    lowered_name: str
+    log: str
+    regs: int | None
+    smem: int | None  # static shared memory in bytes
+    spill_bytes: int | None  # spill stores + spill loads
+    seconds: float  # compile time in the worker, or the cache lookup time on a hit
+    cached: bool
+    key: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+
+# ---- compiler choice ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompilerInfo:
+    """Which compiler builds cubins here: 'nvrtc' (preferred) or 'nvcc', and its version."""
+
+    backend: str
+    version: str
+    nvcc: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} {self.version}"
+
+
+def _nvrtc_info() -> CompilerInfo | None:
+    try:
+        from cuda.bindings import nvrtc
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception:  # no cuda-bindings, or libnvrtc cannot be loaded
+        return None
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return None
+    return CompilerInfo("nvrtc", f"{major}.{minor}")
+
+
+def _nvcc_info() -> CompilerInfo | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    nvcc = shutil.which("nvcc") or (home and shutil.which("nvcc", path=str(Path(home) / "bin")))
+    if not nvcc:
+        return None
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    match = re.search(r"\bV(\d+\.\d+\.\d+)", out)
+    return CompilerInfo("nvcc", match.group(1) if match else "unknown", nvcc)
+
+
+@functools.cache
+def compiler_info() -> CompilerInfo:
+    """NVRTC when it loads, else nvcc; TUNEFW_COMPILER=nvcc|nvrtc forces one."""
+    forced = os.environ.get("TUNEFW_COMPILER", "")
+    if forced not in ("", "nvrtc", "nvcc"):
+        raise UserError(f"TUNEFW_COMPILER={forced!r}: expected nvrtc or nvcc")
+    order = {"nvrtc": (_nvrtc_info,), "nvcc": (_nvcc_info,)}.get(forced, (_nvrtc_info, _nvcc_info))
+    for probe in order:
+        info = probe()
+        if info:
+            return info
+    raise UserError("no CUDA compiler: install nvidia-cuda-nvrtc and cuda-bindings, or put nvcc on PATH")
+
+
+# ---- cache keys ---------------------------------------------------------------------------
+def check_arch(arch: str) -> str:
+    """Validate a compile target such as sm_80, sm_90 or sm_90a."""
+    if not _ARCH.match(arch):
+        raise UserError(f"arch {arch!r}: expected sm_XY or sm_XYa, e.g. sm_80, sm_90a")
+    return arch
+
+
+def source_files(source: Path, search: tuple[Path, ...]) -> list[Path]:
+    """The source and every file it includes (recursively) that exists under the search dirs."""
+    found: list[Path] = []
+    pending = [source]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.append(path)
+        for name in _INCLUDE.findall(path.read_text()):
+            for base in (path.parent, *search):
+                candidate = (base / name).resolve()
+                if candidate.is_file():
+                    pending.append(candidate)
+                    break
+    return found
+
+
+def cache_root(cache_dir: Path | str | None) -> Path:
+    """The cache directory: the argument, else $TUNEFW_CACHE_DIR, else ~/.cache/tunefw."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("TUNEFW_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "tunefw"
+
+
+@dataclass
+class _Job:
+    """Everything a worker needs for one compile, plus where its result is cached."""
+
+    key: str
+    request: dict
+    timeout_s: float
+    cache: "_Cache"
+
+
+def _prepare(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
+             source_dir: Path | None, cache_dir: Path | str | None, timeout_s: float) -> _Job:
+    """Read the sources, build the options and the content-addressed key for one compile."""
+    check_arch(arch)
+    root = Path(source_dir or TEMPLATE_DIR).resolve()
+    source = root / template.source
+    if not source.is_file():
+        raise UserError(f"family {template.family}: template source {source} not found")
+    include = root / "include"
+    info = compiler_info()
+    name = template.name_expression(config, dtype)
+    digest = hashlib.sha256()
+    for path in source_files(source, (include, root)):
+        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode())
+        digest.update(path.read_bytes())
+    identity = json.dumps({"sources": digest.hexdigest(), "name": name, "arch": arch,
+                           "flags": FLAGS, "compiler": info.label, "format": CACHE_FORMAT})
+    key = hashlib.sha256(identity.encode()).hexdigest()
+    options = [f"--gpu-architecture={arch}", *FLAGS, f"-I{include}", f"-I{root}"]
+    request = {"backend": info.backend, "nvcc": info.nvcc, "source": source.read_text(),
+               "source_path": str(source), "name": name, "options": options}
+    return _Job(key, request, timeout_s, _Cache(cache_root(cache_dir)))
+
+
+# ---- disk cache ---------------------------------------------------------------------------
+class _Cache:
+    """cubin + JSON metadata per key, each written to a temporary file and renamed into place."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.cubin", folder / f"{key}.json"
+
+    def load(self, key: str) -> CompileResult | None:
+        start = time.perf_counter()
+        cubin_path, meta_path = self._paths(key)
+        try:
+            meta = json.loads(meta_path.read_text())
+            cubin = cubin_path.read_bytes() if meta["status"] == Status.OK.value else None
+        except (OSError, ValueError, KeyError):
+            return None
+        return CompileResult(Status(meta["status"]), cubin, meta["lowered_name"], meta["log"],
+                             meta["regs"], meta["smem"], meta["spill_bytes"],
+                             time.perf_counter() - start, True, key)
+
+    def store(self, result: CompileResult) -> None:
+        cubin_path, meta_path = self._paths(result.key)
+        cubin_path.parent.mkdir(parents=True, exist_ok=True)
+        if result.cubin is not None:
+            _write_atomic(cubin_path, result.cubin)
+        meta = {"status": result.status.value, "lowered_name": result.lowered_name, "log": result.log,
+                "regs": result.regs, "smem": result.smem, "spill_bytes": result.spill_bytes,
+                "compile_seconds": result.seconds}
+        _write_atomic(meta_path, json.dumps(meta).encode())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- what a worker process runs -----------------------------------------------------------
+def _ptxas_resources(log: str, lowered: str) -> dict:
+    """Registers, static smem and spill bytes of one entry function from a `ptxas -v` log."""
+    start = log.find(f"Compiling entry function '{lowered}'")
+    if start < 0:
+        return {"regs": None, "smem": None, "spill_bytes": None}
+    end = log.find("Compiling entry function", start + 1)
+    block = log[start:end if end > 0 else len(log)]
+    regs = re.search(r"Used (\d+) registers", block)
+    smem = re.search(r"(\d+) bytes smem", block)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+    return {"regs": int(regs.group(1)) if regs else None,
+            "smem": int(smem.group(1)) if smem else 0,
+            "spill_bytes": int(spill.group(1)) + int(spill.group(2)) if spill else None}
+
+
+def _nvrtc_compile(req: dict) -> dict:
+    from cuda.bindings import nvrtc
+
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    name = req["name"].encode()
+    err, prog = nvrtc.nvrtcCreateProgram(req["source"].encode(), Path(req["source_path"]).name.encode(),
+                                         0, [], [])
+    if err != ok:
+        return {"ok": False, "log": f"nvrtcCreateProgram: {err.name}"}
+    try:
+        nvrtc.nvrtcAddNameExpression(prog, name)
+        options = [o.encode() for o in req["options"]]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log_text = log.rstrip(b"\0 ").decode(errors="replace")
+        if result != ok:
+            return {"ok": False, "log": f"{result.name}\n{log_text}"}
+        err, lowered = nvrtc.nvrtcGetLoweredName(prog, name)
+        if err != ok:
+            return {"ok": False, "log": f"nvrtcGetLoweredName({req['name']}): {err.name}\n{log_text}"}
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        return {"ok": True, "log": log_text, "cubin": cubin, "lowered": lowered.decode()}
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _nvcc_entry(log: str, name: str) -> str | None:
+    """The mangled entry function that instantiates ``name`` (nvcc has no lowered-name API)."""
+    entries = re.findall(r"Compiling entry function '([^']+)'", log)
+    base = name.split("<", 1)[0].split("::")[-1].strip()
+    matches = [e for e in entries if f"{len(base)}{base}I" in e]
+    return matches[0] if len(matches) == 1 else (entries[0] if len(entries) == 1 else None)
+
+
+def _nvcc_compile(req: dict) -> dict:
+    with tempfile.TemporaryDirectory(prefix="tunefw-nvcc-") as tmp:
+        unit = Path(tmp) / "unit.cu"
+        unit.write_text(f'#include "{req["source_path"]}"\n'
+                        f'static void* const tunefw_instance = (void*)&{req["name"]};\n')
+        out = Path(tmp) / "unit.cubin"
+        proc = subprocess.run([req["nvcc"], "-cubin", "-o", str(out), *req["options"],
+                               "-diag-suppress=177", str(unit)], capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            return {"ok": False, "log": f"nvcc exited with {proc.returncode}\n{log}"}
+        lowered = _nvcc_entry(log, req["name"])
+        if lowered is None:
+            return {"ok": False, "log": f"cannot tell which entry function is {req['name']}\n{log}"}
+        return {"ok": True, "log": log, "cubin": out.read_bytes(), "lowered": lowered}
+
+
+def _run_request(req: dict) -> dict:
+    """Compile one request; adds the compile time and the ptxas resource figures."""
+    start = time.perf_counter()
+    result = (_nvrtc_compile if req["backend"] == "nvrtc" else _nvcc_compile)(req)
+    result["seconds"] = time.perf_counter() - start
+    if result["ok"]:
+        result.update(_ptxas_resources(result["log"], result["lowered"]))
+    return result
+
+
+def _send(stream, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _recv(stream) -> Any:
+    header = stream.read(8)
+    if len(header) < 8:
+        return None
+    return pickle.loads(stream.read(struct.unpack("<Q", header)[0]))
+
+
+def _serve() -> None:
+    """Worker process main loop: read requests on stdin, answer on the original stdout."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
+    backend = sys.argv[1] if len(sys.argv) > 1 else "nvrtc"
+    if backend == "nvrtc":
+        from cuda.bindings import nvrtc  # noqa: F401  (imported before 'ready': not timed per compile)
+    _send(out, "ready")
+    while (req := _recv(sys.stdin.buffer)) is not None:
+        _send(out, _run_request(req))
+
+
+# ---- worker processes ---------------------------------------------------------------------
+class _WorkerGone(Exception):
+    """The worker died or overran its deadline; it has been killed."""
+
+
+class _Worker:
+    """One compiler process in its own process group (nvcc's children die with it)."""
+
+    def __init__(self, backend: str) -> None:
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from tunefw.compiler import _serve; _serve()", backend],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        try:
+            ready = self._read(time.monotonic() + WORKER_START_TIMEOUT_S)
+        except _WorkerGone as gone:
+            raise _WorkerGone(f"compiler process failed to start ({gone})") from None
+        if ready != "ready":
+            raise _WorkerGone(f"compiler process failed to start ({self.kill()})")
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        chunks, got = [], 0
+        while got < n:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise _WorkerGone(self.kill(timed_out=True))
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise _WorkerGone(self.kill())
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _read(self, deadline: float) -> Any:
+        size = struct.unpack("<Q", self._read_exact(8, deadline))[0]
+        return pickle.loads(self._read_exact(size, deadline))
+
+    def run(self, request: dict, timeout_s: float) -> dict:
+        """Send one request and wait for its answer until the deadline (then kill)."""
+        try:
+            _send(self.proc.stdin, request)
+        except BrokenPipeError:
+            raise _WorkerGone(self.kill()) from None
+        return self._read(time.monotonic() + timeout_s)
+
+    def kill(self, timed_out: bool = False) -> str:
+        """Kill the process group; returns what happened, for the compile log."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        code = self.proc.wait()
+        if timed_out:
+            return "timeout"
+        return f"compiler process exited with code {code}" + (" (killed: out of memory?)" if code == -9 else "")
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+# ---- the pool -----------------------------------------------------------------------------
+class CompilePool:
+    """Compiles in parallel on N worker processes (started on demand), with per-compile timeouts.
+
+    Cache hits complete at once in the caller; identical compiles in flight share one future.
+    """
+
+    def __init__(self, workers: int | None = None, *, cache_dir: Path | str | None = None,
+                 timeout_s: float = 120.0, source_dir: Path | None = None) -> None:
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.cache_dir = cache_dir
+        self.timeout_s = timeout_s
+        self.source_dir = source_dir
+        self._queue: queue.Queue[tuple[_Job, Future] | None] = queue.Queue()
+        self._inflight: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._slot, name=f"tunefw-compile-{i}", daemon=True)
+                         for i in range(self.workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
+               *, timeout_s: float | None = None) -> Future:
+        """A future CompileResult for one config; raises UserError on bad arch or missing source."""
+        job = _prepare(template, config, dtype, arch, self.source_dir, self.cache_dir,
+                       self.timeout_s if timeout_s is None else timeout_s)
+        return self.submit_job(job)
+
+    def submit_job(self, job: _Job) -> Future:
+        hit = job.cache.load(job.key)
+        if hit is not None:
+            done: Future = Future()
+            done.set_result(hit)
+            return done
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("CompilePool is closed")
+            if job.key in self._inflight:
+                return self._inflight[job.key]
+            future: Future = Future()
+            self._inflight[job.key] = future
+        self._queue.put((job, future))
+        return future
+
+    def _slot(self) -> None:
+        """One worker slot: takes jobs, (re)starts its process when needed, records results."""
+        worker: _Worker | None = None
+        while (item := self._queue.get()) is not None:
+            job, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                worker = worker or _Worker(job.request["backend"])
+                result = self._result(job, worker.run(job.request, job.timeout_s))
+                job.cache.store(result)  # compile errors too: the key pins every input
+            except _WorkerGone as gone:
+                worker = None
+                result = self._failure(job, str(gone))
+            except BaseException as exc:  # keep the slot alive; the caller sees the error
+                with self._lock:
+                    self._inflight.pop(job.key, None)
+                future.set_exception(exc)
+                continue
+            with self._lock:
+                self._inflight.pop(job.key, None)
+            future.set_result(result)
+        if worker:
+            worker.close()
+
+    @staticmethod
+    def _result(job: _Job, answer: dict) -> CompileResult:
+        status = Status.OK if answer["ok"] else Status.COMPILE_ERROR
+        return CompileResult(status, answer.get("cubin"), answer.get("lowered", ""), answer["log"],
+                             answer.get("regs"), answer.get("smem"), answer.get("spill_bytes"),
+                             answer["seconds"], False, job.key)
+
+    @staticmethod
+    def _failure(job: _Job, what: str) -> CompileResult:
+        if what == "timeout":
+            return CompileResult(Status.COMPILE_TIMEOUT, None, "", f"compile exceeded {job.timeout_s:g} s "
+                                 f"and was killed ({job.request['name']})", None, None, None,
+                                 job.timeout_s, False, job.key)
+        return CompileResult(Status.COMPILE_ERROR, None, "", what, None, None, None, 0.0, False, job.key)
+
+    def close(self) -> None:
+        """Cancel queued compiles, let running ones finish, stop the worker processes."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item:
+                item[1].cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@functools.cache
+def _shared_pool() -> CompilePool:
+    pool = CompilePool()
+    atexit.register(pool.close)
+    return pool
+
+
+# A forked child inherits the cached pool but not its threads: it must start its own.
+os.register_at_fork(after_in_child=_shared_pool.cache_clear)
+
+
+def compile_kernel(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str, *,
+                   cache_dir: Path | str | None = None, timeout_s: float = 120.0,
+                   source_dir: Path | None = None) -> CompileResult:
+    """Compile one config (in a worker process of a shared pool) or return its cached cubin."""
+    job = _prepare(template, config, dtype, arch, source_dir, cache_dir, timeout_s)
+    return _shared_pool().submit_job(job).result()
+
+
+# ---- SASS checks --------------------------------------------------------------------------
+def cuobjdump_path() -> str:
+    """cuobjdump from the nvidia-cuda-cuobjdump wheel, else from PATH."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+        found = find_nvidia_binary_utility("cuobjdump")
+    except Exception:  # cuda-pathfinder missing or too old
+        found = None
+    found = found or shutil.which("cuobjdump")
+    if not found:
+        raise UserError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    return found
+
+
+def sass_opcodes(cubin: bytes) -> list[str]:
+    """The opcodes (with modifiers, e.g. 'STL.64') of every SASS instruction in a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run([cuobjdump_path(), "-sass", f.name], capture_output=True, text=True,
+                              timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed: {proc.stderr.strip()}")
+    return re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)",
+                      proc.stdout, re.MULTILINE)
+
+
+def sass_check(cubin: bytes, require_hgmma: bool) -> str | None:
+    """Why the SASS is unacceptable (local memory use, or no HGMMA where wgmma is required)."""
+    bases = [op.split(".", 1)[0] for op in sass_opcodes(cubin)]
+    local = sum(base in ("LDL", "STL") for base in bases)
+    if local:
+        return f"SASS touches local memory: {local} LDL/STL instructions (spills or stack arrays)"
+    if require_hgmma and "HGMMA" not in bases:
+        return "SASS has no HGMMA instruction (wgmma not used)"
+    return None

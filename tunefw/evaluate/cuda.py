@@ -1,0 +1,348 @@
+"""The real-GPU evaluator: load a cubin, launch it on torch tensors, verify it, time it.
+
+One CudaEvaluator lives in one GPU worker process and owns that process's CUDA context. CUDA
+failures come back as Outcomes: a sticky error (illegal address, launch failure, ...) or a kernel
+past the trial deadline marks the Outcome ``poisoned`` and the worker must be restarted; every
+later call on a poisoned evaluator is refused the same way.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+from cuda.bindings import driver as cu
+
+from tunefw.compiler import CompileResult, compiler_info
+from tunefw.device import DeviceSpec, spec_for
+from tunefw.evaluate import method
+from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates import FAMILIES
+from tunefw.templates.base import KernelTemplate, Launch
+
+MODULES_KEPT = 64
+INPUT_SETS_KEPT = 2
+POLL_S = 1e-4
+E = cu.CUresult
+# Errors a launch can report without breaking the context: the config does not fit the GPU.
+RESOURCE_ERRORS = {E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, E.CUDA_ERROR_INVALID_VALUE,
+                   E.CUDA_ERROR_OUT_OF_MEMORY, E.CUDA_ERROR_INVALID_CLUSTER_SIZE,
+                   E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE}
+# Errors loading a cubin that say the image does not suit this GPU.
+IMAGE_ERRORS = {E.CUDA_ERROR_NO_BINARY_FOR_GPU, E.CUDA_ERROR_INVALID_IMAGE, E.CUDA_ERROR_INVALID_PTX,
+                E.CUDA_ERROR_UNSUPPORTED_PTX_VERSION, E.CUDA_ERROR_NOT_FOUND}
+
+
+class CudaFailure(Exception):
+    """A CUDA driver call failed; ``stage`` is load, setup, launch or run."""
+
+    def __init__(self, code: cu.CUresult, stage: str, what: str) -> None:
+        super().__init__(f"{what}: {code.name}")
+        self.code, self.stage = code, stage
+
+
+class TrialTimeout(Exception):
+    """The GPU was still busy with the trial's work at its deadline."""
+
+
+def classify(failure: CudaFailure) -> tuple[Status, bool]:
+    """(status, poisoned) for a failed driver call: only launch-time rejections leave the context sound."""
+    if failure.stage in ("setup", "launch") and failure.code in RESOURCE_ERRORS:
+        return Status.OUT_OF_RESOURCES, False
+    if failure.stage == "load" and failure.code in IMAGE_ERRORS:
+        return Status.COMPILE_ERROR, False
+    return Status.RUNTIME_CRASH, True
+
+
+def _check(result: tuple, stage: str, what: str) -> Any:
+    """Unpack a cuda.bindings (err, value...) tuple, raising CudaFailure on error."""
+    err, *values = result
+    if err != E.CUDA_SUCCESS:
+        raise CudaFailure(err, stage, what)
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass
+class _Inputs:
+    """One problem's operands, the float32 reference, cuBLAS's output on them, output buffers."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    ref: torch.Tensor
+    cublas_out: torch.Tensor  # kept for verification; cuBLAS timing writes to `scratch`
+    c: torch.Tensor
+    scratch: torch.Tensor
+
+    def cublas(self) -> None:
+        """cuBLAS on the same operands (torch.matmul(a, b.T)), as a launch for timing."""
+        torch.mm(self.a, self.b.t(), out=self.scratch)
+
+
+def _tflops(problem: GemmProblem, ms: float) -> float:
+    return problem.flops / (ms * 1e-3) / 1e12
+
+
+class CudaEvaluator:
+    """Measures trials on one GPU (cuda:device_index) with the method of method.py."""
+
+    def __init__(self, device_index: int = 0,
+                 families: Mapping[str, KernelTemplate] | None = None) -> None:
+        self.families = dict(FAMILIES if families is None else families)
+        self.device = torch.device("cuda", device_index)
+        torch.cuda.set_device(self.device)
+        torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference must be float32
+        torch.empty(1, device=self.device)  # creates the primary context and makes it current
+        _check(cu.cuInit(0), "setup", "cuInit")
+        self._cu_device = _check(cu.cuDeviceGet(device_index), "setup", "cuDeviceGet")
+        self._context = _check(cu.cuDevicePrimaryCtxRetain(self._cu_device), "setup", "cuDevicePrimaryCtxRetain")
+        self._spec = self._live_spec()
+        self._static = self._static_fingerprint()
+        self._flush = method.L2Flush(self._spec.l2_bytes, self.device)
+        self._modules: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self._inputs: OrderedDict[tuple[str, int], _Inputs] = OrderedDict()
+        self._cublas: dict[tuple[str, int], method.Timing] = {}  # (problem, launches per sample)
+        self._workspace = torch.zeros(0, dtype=torch.uint8, device=self.device)
+        self._poisoned = ""
+        self._nvml = _Nvml(self._static["uuid"])
+
+    # ---- device identity ------------------------------------------------------------------
+    def _attribute(self, name: str) -> int:
+        attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return _check(cu.cuDeviceGetAttribute(attr, self._cu_device), "setup", name)
+
+    def _live_spec(self) -> DeviceSpec:
+        props = torch.cuda.get_device_properties(self.device)
+        return spec_for(props.name, props.major * 10 + props.minor,
+                        self._attribute("MULTIPROCESSOR_COUNT"),
+                        self._attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                        self._attribute("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+                        self._attribute("L2_CACHE_SIZE"))
+
+    def _static_fingerprint(self) -> dict:
+        raw = bytes(_check(cu.cuDeviceGetUuid(self._cu_device), "setup", "cuDeviceGetUuid").bytes)
+        h = raw.hex()
+        uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        driver_api = _check(cu.cuDriverGetVersion(), "setup", "cuDriverGetVersion")
+        return {"name": self._spec.name, "uuid": uuid, "cc": self._spec.cc,
+                "sm_count": self._spec.sm_count, "driver": None,
+                "cuda_driver_api": f"{driver_api // 1000}.{driver_api % 1000 // 10}",
+                "cuda": torch.version.cuda, "compiler": compiler_info().label}
+
+    def device_spec(self) -> DeviceSpec:
+        """The limits of this GPU as read from the driver (for template checks and launches)."""
+        return self._spec
+
+    def fingerprint(self) -> dict:
+        """Identity of the GPU and software, plus SM clock and power limit read now (NVML)."""
+        return {**self._static, **self._nvml.now()}
+
+    @property
+    def gpu(self) -> str:
+        return os.environ.get("CUDA_VISIBLE_DEVICES") or self._static["uuid"]
+
+    # ---- trials ---------------------------------------------------------------------------
+    def evaluate(self, spec: TrialSpec, compiled: CompileResult) -> Outcome:
+        """Verify, then screen one config (design.md); failures come back as Outcomes."""
+        return self._trial(spec, compiled, confirm=None)
+
+    def confirm(self, spec: TrialSpec, compiled: CompileResult, launches: int = 100,
+                min_ms: float = 300.0) -> Outcome:
+        """Verify, then time the config interleaved with cuBLAS (A B A B ...), longer runs."""
+        return self._trial(spec, compiled, confirm=(launches, min_ms))
+
+    def _trial(self, spec: TrialSpec, compiled: CompileResult,
+               confirm: tuple[int, float] | None) -> Outcome:
+        start = time.perf_counter()
+        if self._poisoned:
+            outcome = Outcome(Status.RUNTIME_CRASH, log=f"worker context already poisoned: {self._poisoned}",
+                              poisoned=True)
+        elif not compiled.ok:
+            outcome = Outcome(compiled.status, log=compiled.log)
+        else:
+            outcome = self._guarded(spec, compiled, start + spec.timeout_s, confirm)
+        if outcome.poisoned and not self._poisoned:
+            self._poisoned = outcome.log
+        outcome.busy_s = time.perf_counter() - start
+        outcome.fingerprint = self.fingerprint()
+        outcome.gpu, outcome.evaluator, outcome.compile_s = self.gpu, "cuda", compiled.seconds
+        return outcome
+
+    def _guarded(self, spec: TrialSpec, compiled: CompileResult, deadline: float,
+                 confirm: tuple[int, float] | None) -> Outcome:
+        """_measure with every CUDA failure turned into its Outcome."""
+        try:
+            cu.cuCtxSetCurrent(self._context)
+            return self._measure(spec, compiled, deadline, confirm)
+        except TrialTimeout as exc:
+            return Outcome(Status.TIMEOUT, log=str(exc), poisoned=True)
+        except CudaFailure as exc:
+            status, poisoned = classify(exc)
+            return Outcome(status, log=str(exc), poisoned=poisoned)
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            return Outcome(Status.OUT_OF_RESOURCES, log=f"device memory: {exc}".splitlines()[0])
+        except RuntimeError as exc:  # torch saw a CUDA error the driver calls did not surface
+            if "CUDA" not in str(exc):
+                raise
+            return Outcome(Status.RUNTIME_CRASH, log=str(exc).splitlines()[0], poisoned=True)
+
+    def _measure(self, spec: TrialSpec, compiled: CompileResult, deadline: float,
+                 confirm: tuple[int, float] | None) -> Outcome:
+        template = self.families[spec.family]
+        problem = GemmProblem(**spec.problem)
+        launch = template.launch(spec.config, problem, self._spec)
+        function = self._function(compiled, launch)
+        inputs = self._inputs_for(problem, spec.seed)
+        workspace = self._workspace_for(launch.workspace_bytes)
+        ptrs = {"a": inputs.a.data_ptr(), "b": inputs.b.data_ptr(), "c": inputs.c.data_ptr(),
+                "workspace": workspace.data_ptr() if launch.workspace_bytes else 0}
+        args = template.kernel_args(spec.config, problem, ptrs)
+        params = (tuple(v for v, _ in args), tuple(t for _, t in args))
+        run = lambda: self._launch(function, launch, params)  # noqa: E731
+        wait = lambda: self._wait(deadline)  # noqa: E731
+
+        run()  # first run: a kernel that does not reset its split-K state fails the next one
+        wait()
+        inputs.c.fill_(float("nan"))
+        run()
+        wait()
+        verdict = method.verify(inputs.c, inputs.ref, problem.dtype, baseline=inputs.cublas_out)
+        if not verdict.ok:
+            return Outcome(Status.WRONG_ANSWER, log=verdict.reason, rel_err=verdict.rel_err)
+
+        timing = method.screen(run, self._flush, wait)
+        note = f"screened {timing.samples} launches"
+        kernel, per_sample = run, 1
+        if timing.median_ms < method.GRAPH_BELOW_MS:  # small kernel: graph time vs cuBLAS graph time
+            per_sample = method.graph_repeats(timing.median_ms)
+            kernel = method.capture_graph(run, per_sample)
+            timing = method.screen(kernel, self._flush, wait, launches_per_sample=per_sample)
+            note = f"screened {timing.samples} CUDA graphs of {per_sample} launches"
+        if confirm:
+            baseline = method.capture_graph(inputs.cublas, per_sample) if per_sample > 1 else inputs.cublas
+            timing, cublas = method.interleaved(kernel, baseline, self._flush, wait,
+                                                min_launches=confirm[0], min_ms=confirm[1],
+                                                launches_per_sample=per_sample)
+            note = f"confirmed over {timing.samples} samples interleaved with cuBLAS" + (
+                f" (CUDA graphs of {per_sample} launches)" if per_sample > 1 else "")
+        else:
+            cublas = self._cublas_timing(problem, inputs, per_sample, wait)
+        return Outcome(Status.OK, log=note, median_ms=timing.median_ms, min_ms=timing.min_ms,
+                       iqr_ms=timing.iqr_ms, tflops=_tflops(problem, timing.median_ms),
+                       rel_err=verdict.rel_err, cublas_tflops=_tflops(problem, cublas.median_ms),
+                       cublas_median_ms=cublas.median_ms)
+
+    # ---- pieces ---------------------------------------------------------------------------
+    def _function(self, compiled: CompileResult, launch: Launch) -> Any:
+        """The kernel (module cached by cache key), with its launch attributes set."""
+        if compiled.key in self._modules:
+            self._modules.move_to_end(compiled.key)
+            function = self._modules[compiled.key][1]
+        else:
+            module = _check(cu.cuModuleLoadData(compiled.cubin), "load", "cuModuleLoadData")
+            function = _check(cu.cuModuleGetFunction(module, compiled.lowered_name.encode()),
+                              "load", f"cuModuleGetFunction({compiled.lowered_name})")
+            self._modules[compiled.key] = (module, function)
+            if len(self._modules) > MODULES_KEPT:
+                _, (old, _) = self._modules.popitem(last=False)
+                cu.cuModuleUnload(old)
+        attr = cu.CUfunction_attribute
+        _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     launch.smem_bytes), "setup",
+               f"dynamic shared memory of {launch.smem_bytes} bytes")
+        if math.prod(launch.cluster) > 8:
+            _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                   "setup", f"cluster of {math.prod(launch.cluster)} CTAs")
+        return function
+
+    def _launch(self, function: Any, launch: Launch, params: tuple) -> None:
+        """One launch on torch's current stream (cuLaunchKernelEx when the config uses clusters)."""
+        stream = cu.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
+        if launch.cluster == (1, 1, 1):
+            (err,) = cu.cuLaunchKernel(function, *launch.grid, *launch.block, launch.smem_bytes,
+                                       stream, params, 0)
+        else:
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
+            config.sharedMemBytes, config.hStream = launch.smem_bytes, stream
+            attribute = cu.CUlaunchAttribute()
+            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dim = attribute.value.clusterDim
+            dim.x, dim.y, dim.z = launch.cluster
+            config.attrs, config.numAttrs = [attribute], 1
+            (err,) = cu.cuLaunchKernelEx(config, function, params, 0)
+        if err != E.CUDA_SUCCESS:
+            raise CudaFailure(err, "launch", f"launch grid {launch.grid} block {launch.block} "
+                                             f"cluster {launch.cluster} smem {launch.smem_bytes}")
+
+    def _wait(self, deadline: float) -> None:
+        """Block until the current stream is idle; CudaFailure on a kernel error, TrialTimeout late."""
+        stream = cu.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
+        while True:
+            (err,) = cu.cuStreamQuery(stream)
+            if err == E.CUDA_SUCCESS:
+                return
+            if err != E.CUDA_ERROR_NOT_READY:
+                raise CudaFailure(err, "run", "kernel execution")
+            if time.perf_counter() > deadline:
+                raise TrialTimeout("GPU work still running at the trial deadline (kernel hung?)")
+            time.sleep(POLL_S)
+
+    def _inputs_for(self, problem: GemmProblem, seed: int) -> _Inputs:
+        """Operands, reference and cuBLAS output for a problem (the last few are kept)."""
+        key = (problem.key(), seed)
+        if key not in self._inputs:
+            a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, seed,
+                                      device=str(self.device))
+            cublas_out = torch.mm(a, b.t())
+            self._inputs[key] = _Inputs(a, b, method.reference(a, b), cublas_out,
+                                        torch.empty_like(cublas_out), torch.empty_like(cublas_out))
+            if len(self._inputs) > INPUT_SETS_KEPT:
+                self._inputs.popitem(last=False)
+        self._inputs.move_to_end(key)
+        return self._inputs[key]
+
+    def _workspace_for(self, nbytes: int) -> torch.Tensor:
+        """A zeroed workspace of at least nbytes (grown when needed, zeroed once per trial)."""
+        if nbytes > self._workspace.numel():
+            self._workspace = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+        elif nbytes:
+            self._workspace.zero_()
+        return self._workspace
+
+    def _cublas_timing(self, problem: GemmProblem, inputs: _Inputs, per_sample: int,
+                       wait: Callable[[], None]) -> method.Timing:
+        """cuBLAS screened like the kernels, once per (problem, graph size) on this worker."""
+        key = (problem.key(), per_sample)
+        if key not in self._cublas:
+            baseline = method.capture_graph(inputs.cublas, per_sample) if per_sample > 1 else inputs.cublas
+            self._cublas[key] = method.screen(baseline, self._flush, wait, launches_per_sample=per_sample)
+        return self._cublas[key]
+
+
+class _Nvml:
+    """SM clock and power limit of one GPU via NVML; None where NVML cannot tell."""
+
+    def __init__(self, uuid: str) -> None:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            self.driver = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:  # NVML missing or the UUID unknown to it (e.g. MIG): record None
+            self._nvml = self._handle = self.driver = None
+
+    def now(self) -> dict:
+        if self._handle is None:
+            return {"driver": None, "sm_clock_mhz": None, "power_limit_w": None}
+        nvml = self._nvml
+        return {"driver": self.driver,
+                "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(self._handle, nvml.NVML_CLOCK_SM),
+                "power_limit_w": nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0}

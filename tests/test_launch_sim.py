@@ -139,3 +139,22 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
             "tunefw: error: --gpus 5: the Ray cluster has 2 GPU(s)"]
     finally:
         subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120, env=env)
+
+
+def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path):
+    study = _study_file(tmp_path, name="t", trials=10, trial_seconds=0.5, shapes=("512x512x512",))
+    assert run_cli("study", "create", "t", "--from", str(study), db=db_url).returncode == 0
+    first = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", "--time-limit", "2",
+                    db=db_url)
+    assert first.returncode == 0, first.stderr
+    assert "time limit reached" in first.stdout
+    done = _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0]
+    assert 1 <= done < 10
+    assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(0,)]  # not confirmed yet
+    second = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert second.returncode == 0, second.stderr
+    keys = _rows(db_url, "SELECT config_key FROM tunefw_trial WHERE status != 'INVALID'")
+    assert len(keys) == 10 == len(set(keys))
+    assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(1,)]
+    third = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert "nothing left to run" in third.stdout

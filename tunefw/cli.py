@@ -4,6 +4,7 @@ Every error, usage errors included, is one line on stderr and a non-zero exit.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -247,6 +248,9 @@ def launch(
                                    "the device or a parameter space changed)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory "
                                              "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", metavar="SECONDS",
+                                               help="Stop asking for new trials after this long, "
+                                               "finish those in flight; launch again to resume."),
 ) -> None:
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
     from tunefw.progress import LaunchProgress
@@ -257,20 +261,27 @@ def launch(
     store = _store()
     with store.session() as s:
         name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
+    if time_limit is not None and time_limit <= 0:
+        raise UserError(f"--time-limit {time_limit:g}: expected a positive number of seconds")
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
-                            cache_dir=cache_dir)
+                            cache_dir=cache_dir, time_limit_s=time_limit)
     with LaunchProgress(out) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
+    if not stats["trials"]:
+        out.print(f"study {name}: nothing left to run (every problem has its budget)")
+        return
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
               + (" [SIMULATED]" if stats["simulated"] else ""))
+    if stats["stopped_at_time_limit"]:
+        out.print("time limit reached: trials in flight were finished; launch again to resume")
 
 
 @app.command("export")
 def export_cmd(
     path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
-    fmt: str = typer.Option("json", "--format", help="json | csv."),
+    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
 ) -> None:
@@ -299,9 +310,65 @@ def compile_cmd(
     raise typer.Exit(code)
 
 
+@app.command("bench")
+def bench_cmd(
+    path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners."),
+    against: str = typer.Option("cublas,triton", "--against", help="Baselines: cublas,triton."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write an HTML page here."),
+    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", help="Shipped cubins (runtime docs)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+) -> None:
+    """Time the runtime path, cuBLAS and Triton for every dispatch entry (needs a GPU)."""
+    from tunefw.bench import parse_against, run_bench
+    from tunefw.dispatch import load
+    from tunefw.report import bench_html, write_text
+
+    if (path is None) == (study is None):
+        raise UserError("bench: give a dispatch.json path or --study NAME (not both)")
+    names = parse_against(against)
+    if path is not None:
+        table = load(path)
+    else:
+        from tunefw.export import build_table
+        table = build_table(_store(create=False), study)
+    result = run_bench(table, names, cubin_dir=cubin_dir, cache_dir=cache_dir,
+                       progress=lambda r: err.print(f"  {r['M']}x{r['N']}x{r['K']} {r['dtype']}: "
+                                                    f"{r['path']}, {r['tflops']:.1f} TFLOP/s"))
+    table_out = Table("shape", "path", "tunefw", "cuBLAS", "Triton", "ratio", "vs Triton",
+                      "overhead us", "wrong", title="TFLOP/s" + (" (table SIMULATED)" if table.simulated else ""))
+    fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
+    for r in result["rows"]:
+        table_out.add_row(f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}", r["path"], fmt(r["tflops"]),
+                          fmt(r["cublas_tflops"]), fmt(r["triton_tflops"]), fmt(r["ratio"], ".3f"),
+                          fmt(r["triton_ratio"], ".3f"), fmt(r["overhead_us"], ".2f"), str(r["wrong"]))
+    out.print(table_out)
+    geo = result["geomean"]
+    out.print(f"geomean ratio vs cuBLAS {fmt(geo['ratio'], '.3f')}, vs Triton {fmt(geo['triton_ratio'], '.3f')}")
+    if out_path:
+        write_text(out_path, json.dumps(result, indent=2) + "\n")
+    if html_path:
+        write_text(html_path, bench_html(result))
+
+
+@app.command("report")
+def report_cmd(
+    study: str = typer.Argument(..., help="Study name."),
+    html_path: Path = typer.Option(..., "--html", help="Write the HTML report here."),
+) -> None:
+    """A self-contained HTML report: TFLOP/s vs cuBLAS, convergence, outcomes, winners, device."""
+    from tunefw.report import write_report
+    data = write_report(_store(create=False), study, html_path)
+    out.print(f"wrote {html_path}: {len(data['problems'])} problem(s)"
+              + (" (SIMULATED)" if data["simulated"] else ""))
+
+
 def main() -> None:
     """Entry point: run the app, turning every error into one line on stderr."""
     command = typer.main.get_command(app)
+    if os.environ.get("TUNEFW_STACK_DUMP_S"):  # diagnosing a stuck launch: stacks every N s
+        faulthandler.dump_traceback_later(float(os.environ["TUNEFW_STACK_DUMP_S"]), repeat=True)
     try:
         command.main(args=sys.argv[1:], prog_name="tunefw", standalone_mode=False)
     except _Exit as exc:

@@ -47,6 +47,10 @@ class LaunchProgress:
         elif event == "trial":
             row = data["problem"]
             self.finished += 1
+            if not self.console.is_terminal:  # logs get a line per trial, not a redrawn bar
+                tflops = f"{data['tflops']:.1f} TFLOP/s" if data["tflops"] else ""
+                self.console.print(f"trial {data['trial_id']} {row['key']} {data['status']} "
+                                   f"{tflops} gpu {data['gpu']}", markup=False, highlight=False)
             self.progress.update(self.tasks[row["id"]],
                                  completed=min(row["evaluated"], row["budget"]),
                                  best=self._best(row), rate=self._rate())

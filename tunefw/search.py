@@ -96,7 +96,13 @@ class Proposal:
 
 
 class ProblemSearch:
-    """The Optuna study of one (tunefw study, problem, round)."""
+    """The Optuna study of one (tunefw study, problem, round).
+
+    The sampler works on an in-memory study (an ask in Optuna's RDB storage costs a transaction
+    per parameter); every evaluated trial is mirrored into the durable study in the database in
+    one write, so optuna.load_study and optuna-dashboard see the search and a resumed launch
+    starts from it.
+    """
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str, sampler: str,
                  seed: int, families: list[str], problem: GemmProblem,
@@ -105,19 +111,16 @@ class ProblemSearch:
         self.problem = problem
         self.device = device
         self.grid = sampler == "grid"
-        self.study = optuna.create_study(storage=storage, study_name=study_name,
-                                         direction="maximize", load_if_exists=True,
+        self.durable = optuna.create_study(storage=storage, study_name=study_name,
+                                           direction="maximize", load_if_exists=True)
+        self.study = optuna.create_study(direction="maximize",
                                          sampler=make_sampler(sampler, seed))
-        self._fail_orphans()
+        for trial in self.durable.get_trials(deepcopy=False,
+                                             states=(TrialState.COMPLETE, TrialState.FAIL)):
+            self.study.add_trial(_steering_copy(trial))
         self._rng = random.Random(seed)
         self._queue: list[tuple[str, dict]] | None = None  # enumerated configs still to try
         self.stall = 0
-
-    def _fail_orphans(self) -> None:
-        """Trials left RUNNING by a killed launch never got a row: close them as failed."""
-        storage = self.study._storage
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
     def _enqueue_next(self, known: set[str]) -> bool:
         """Enumerated mode: enqueue the next config not yet known; False when none is left."""
@@ -163,9 +166,26 @@ class ProblemSearch:
             self.stall = 0
         return Proposal(trial, fam_name, config, key, reason)
 
-    def tell(self, trial: optuna.trial.Trial | int, tflops: float | None) -> None:
-        """Close a trial: its TFLOP/s, or failed (invalid, wrong, crashed, ...)."""
-        if tflops is None:
-            self.study.tell(trial, state=TrialState.FAIL)
-        else:
-            self.study.tell(trial, tflops)
+    def tell(self, trial: optuna.trial.Trial, tflops: float | None, record: bool = False) -> int | None:
+        """Close a trial with its TFLOP/s, or None for no result (invalid, wrong, crashed...).
+
+        The sampler sees a failure as 0 TFLOP/s, so it learns to avoid impossible regions
+        (failed trials are invisible to TPE); the durable copy, written with ``record``, keeps
+        it FAILED. Returns the trial's number in the durable study when recorded.
+        """
+        frozen = self.study.tell(trial, tflops if tflops is not None else 0.0)
+        if not record:
+            return None
+        durable = optuna.trial.create_trial(
+            params=frozen.params, distributions=frozen.distributions,
+            value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
+        storage = self.durable._storage
+        trial_id = storage.create_new_trial(self.durable._study_id, template_trial=durable)
+        return storage.get_trial_number_from_id(trial_id)
+
+
+def _steering_copy(trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+    """A stored trial as the in-memory sampler sees it: failures count as 0 TFLOP/s."""
+    return optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
+                                     value=trial.value if trial.state == TrialState.COMPLETE
+                                     else 0.0)

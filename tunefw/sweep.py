@@ -15,6 +15,7 @@ from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.search import ProblemSearch
 from tunefw.store import Store
+from tunefw.store.session import sqlite_pragmas
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Study
 from tunefw.study import StudySpec
@@ -51,6 +52,7 @@ class LaunchOptions:
     address: str | None = None
     new_round: bool = False
     cache_dir: Any = None
+    time_limit_s: float | None = None
 
 
 ProgressHook = Callable[[str, dict], None]
@@ -58,8 +60,12 @@ ProgressHook = Callable[[str, dict], None]
 
 def storage_for(store: Store) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage in the same database (its own tables, no tunefw_ prefix)."""
-    kwargs = {"connect_args": {"timeout": 30}} if store.url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(store.url, engine_kwargs=kwargs)
+    if not store.url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(store.url)
+    storage = optuna.storages.RDBStorage(store.url, engine_kwargs={"connect_args": {"timeout": 30}})
+    sqlite_pragmas(storage.engine)
+    storage.engine.dispose()  # connections opened before the pragmas are dropped
+    return storage
 
 
 def optuna_study_name(study: Study, problem: Problem) -> str:
@@ -174,14 +180,14 @@ class Sweep:
             if prop is None:
                 st.exhausted = True
                 return
-            trial_no = prop.trial._trial_id
+            trial_no = prop.trial.number
             if prop.invalid_reason is not None:
                 st.search.tell(prop.trial, None)
                 if prop.key not in st.known:  # record each rejected config once
                     st.known.add(prop.key)
                     self._record(st, prop.family, prop.config, prop.key,
                                  Outcome(Status.INVALID, log=prop.invalid_reason,
-                                         evaluator=self.options.backend), trial_no)
+                                         evaluator=self.options.backend), None)
                 continue
             if prop.key in st.known:  # a repeat within this round: answer from the row
                 st.search.tell(prop.trial, st.values.get(prop.key))
@@ -250,12 +256,12 @@ class Sweep:
 
     def _finish(self, st: ProblemState, family: str, config: dict, key: str, outcome: Outcome,
                 trial, attempts: int = 1, reused: int | None = None) -> None:
-        row_id = self._record(st, family, config, key, outcome, trial._trial_id, attempts, reused)
+        number = st.search.tell(trial, outcome.tflops if outcome.ok else None, record=True)
+        row_id = self._record(st, family, config, key, outcome, number, attempts, reused)
         st.evaluated += 1
         if outcome.ok:
             st.best = max(st.best, outcome.tflops or 0.0)
             st.values[key] = outcome.tflops
-        st.search.tell(trial, outcome.tflops if outcome.ok else None)
         self.progress("trial", {"problem": self._progress_row(st), "trial_id": row_id,
                                 "status": outcome.status.value, "tflops": outcome.tflops,
                                 "gpu": outcome.gpu})
@@ -271,7 +277,8 @@ class Sweep:
     # ---- the loop -----------------------------------------------------------------------------
     def _fill(self) -> None:
         """Keep enough work compiled or queued that no worker waits."""
-        target = 2 * len(self.pool.slots) + (2 * len(self.pool.slots) if self.compiler else 0)
+        # Every worker's queue full, plus one compile per compiler process in flight.
+        target = 2 * len(self.pool.slots) + (self.compiler.workers if self.compiler else 0)
         while len(self.pending) + len(self.compiling) < target:
             asking = [st for st in self.states.values() if st.asking]
             if not asking:
@@ -287,37 +294,60 @@ class Sweep:
 
     def run(self) -> dict:
         """Run the search to its budget (resuming where a previous launch stopped), confirm the
-        winners, store and return the sweep figures."""
+        winners, store and return the sweep figures. With a time limit, stop asking when it is
+        reached, finish the trials in flight and return (a later launch resumes)."""
         self._open()
         start = time.monotonic()  # the sweep's wall time starts with its workers up
+        limit = self.options.time_limit_s
+        stopped = False
         try:
             while not all(st.done for st in self.states.values()):
-                self._fill()
-                if self.compiler is not None:
-                    self._collect_compiles()
-                self._dispatch()
+                if limit is not None and not stopped and time.monotonic() - start > limit:
+                    stopped = True
+                    self._drop_queued()
+                if stopped and not self.pool.in_flight:
+                    break
+                if not stopped:
+                    self._fill()
+                    if self.compiler is not None:
+                        self._collect_compiles()
+                    self._dispatch()
                 done, retry = self.pool.poll(0.05)
-                for job in retry:
-                    self.pending.insert(0, job)
+                if stopped:  # a worker died under these: they would run again, but no more
+                    for job in retry:
+                        self._drop(job)
+                else:
+                    self.pending[:0] = retry
                 for job, outcome in done:
                     self._job_done(job, outcome)
                 if self.pool.events:
                     self.progress("events", {"events": self.pool.events[:]})
                     self.pool.events.clear()
-            self._confirm()
-            stats = self._stats(time.monotonic() - start)
+            stats = self._stats(time.monotonic() - start, stopped)
+            if not stopped:
+                self._confirm()
             self.progress("end", stats)
             return stats
         finally:
             self._close()
+
+    def _drop(self, job: Job) -> None:
+        """Forget a trial that never ran (time limit): no row, its config may be asked again."""
+        problem_id, trial, key = job.context
+        st = self.states[problem_id]
+        st.in_flight -= 1
+        st.known.discard(key)
+
+    def _drop_queued(self) -> None:
+        for job in self.pending + [job for _, job in self.compiling]:
+            self._drop(job)
+        self.pending, self.compiling = [], []
 
     def _close(self) -> None:
         if self.compiler is not None:
             self.compiler.close()
         if self.pool is not None:
             self.pool.shutdown()
-        for st in self.states.values():  # trials in flight at an interrupt get no row
-            st.search._fail_orphans()
 
     # ---- confirmation -------------------------------------------------------------------------
     def _confirm(self) -> None:
@@ -355,19 +385,24 @@ class Sweep:
                 q.set_winner(s, s.get(Problem, problem_id), s.get(q.Trial, trial_id),
                              best.tflops, best.cublas_tflops, confirmed=True)
 
-    def _stats(self, wall_s: float) -> dict:
+    def _stats(self, wall_s: float, stopped: bool) -> dict:
+        """Trials/s and GPU busy of this launch's search phase (confirmation not included);
+        stored with the study when the launch ran any trial."""
         slots = self.pool.slots
         gpus = [self.pool.infos[s.index]["gpu"] for s in slots]
+        trials = sum(s.trials for s in slots)
+        wall_s = max(wall_s, 1e-9)
         stats = {
-            "wall_s": round(wall_s, 3), "workers": len(slots),
-            "trials": sum(s.trials for s in slots),
-            "trials_per_s": sum(s.trials for s in slots) / wall_s if wall_s else 0.0,
+            "wall_s": round(wall_s, 3), "workers": len(slots), "trials": trials,
+            "trials_per_s": trials / wall_s,
             "trials_per_s_per_gpu": {g: s.trials / wall_s for g, s in zip(gpus, slots)},
             "gpu_busy": {g: min(1.0, s.busy_s / wall_s) for g, s in zip(gpus, slots)},
             "restarts": sum(s.restarts for s in slots),
             "simulated": self.options.backend == "sim",
+            "stopped_at_time_limit": stopped,
         }
         stats["gpu_busy_mean"] = sum(stats["gpu_busy"].values()) / max(len(slots), 1)
-        with self.store.session() as s:
-            s.get(Study, self.study_id).stats = stats
+        if trials:
+            with self.store.session() as s:
+                s.get(Study, self.study_id).stats = stats
         return stats

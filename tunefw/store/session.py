@@ -27,16 +27,24 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("TUNEFW_DB") or DEFAULT_URL
 
 
+def sqlite_pragmas(engine: Engine) -> None:
+    """Per connection: wait for locks instead of failing, enforce foreign keys, and in WAL mode
+    fsync at checkpoints only (an application crash loses nothing; a power cut may lose the
+    last transactions, which a resumed launch re-runs)."""
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
+        sqlite_pragmas(engine)
         return engine
     return create_engine(url, pool_pre_ping=True)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import types
@@ -18,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from cubin import kernel_text
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "kernel_templates"
@@ -123,23 +123,6 @@ def compile_many(jobs):
         results = [f.result() for f in futures]
     return [Compiled(r.ok, r.cubin or b"", r.lowered_name or "", r.log or "", r.regs, r.smem,
                      r.spill_bytes) for r in results]
-
-
-def kernel_text(cubin: bytes, lowered: str) -> bytes:
-    """Bytes of the kernel's .text section in an ELF cubin (the code, without names)."""
-    assert cubin[:4] == b"\x7fELF"
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = []
-    for i in range(shnum):
-        name, _type, _flags, _addr, off, size = struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize)
-        sections.append((name, off, size))
-    _, stroff, _ = sections[shstrndx]
-    for name, off, size in sections:
-        end = cubin.index(b"\x00", stroff + name)
-        if cubin[stroff + name:end].decode() == f".text.{lowered}":
-            return cubin[off:off + size]
-    raise AssertionError(f".text.{lowered} not in cubin")
 
 
 # ---- configs ----------------------------------------------------------------------------------

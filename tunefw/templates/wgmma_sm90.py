@@ -1,0 +1,291 @@
+"""wgmma_sm90: warp-specialized TMA + wgmma GEMM for Hopper (sm_90a).
+
+One producer warpgroup (TMA into a STAGES-deep swizzled ring, full/empty mbarriers) and two
+consumer warpgroups (wgmma m64nBNk16 from shared-memory descriptors), cooperative or ping-pong,
+clusters with TMA multicast, a persistent or one-tile-per-cluster grid, split-K with a
+deterministic reduction, and a direct or TMA-store epilogue. The kernel is
+``kernel_templates/wgmma_sm90.cuh``; this file is its one declaration of the tunable space.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
+
+THREADS = 384  # producer warpgroup + two consumer warpgroups
+REGS_AT_LAUNCH = 168  # __launch_bounds__(384, 1): 65536 / 384 rounded down to 8
+PRODUCER_REGS = 40  # setmaxnreg.dec (kernel constant kProducerRegs)
+CONSUMER_REGS = 232  # setmaxnreg.inc (kernel constant kConsumerRegs)
+# fp32 accumulators one consumer thread may hold under the 232-register budget, as measured with
+# ptxas (tests/test_wgmma_sm90.py::test_accumulator_limit_matches_ptxas): 192 compile without
+# spills (ping-pong 128x192, cooperative 256x192); 224 and 256 spill kilobytes. The split-K
+# partial/reduction path needs more registers: there 192 spill a few words, 128 do not.
+MAX_ACCUMULATORS = 192
+MAX_ACCUMULATORS_SPLIT_K = 128
+BARRIER_BYTES_PER_STAGE = 16  # full + empty mbarrier
+MISC_SMEM = 16  # split-K "last split" flags
+ALIGN_SLACK = 1024  # the kernel aligns its dynamic shared memory to 1024 bytes
+TMA_BOX_MAX = 256
+MAX_CLUSTER = 8  # portable cluster size
+
+SCHEDULES = {"cooperative": 0, "pingpong": 1}
+RASTERS = {"m": 0, "n": 1}
+EPILOGUES = {"direct": 0, "tma": 1, "tma_overlap": 2}
+DTYPE_CODE = {"bf16": 0, "fp16": 1}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class WgmmaSm90(KernelTemplate):
+    family = "wgmma_sm90"
+    source = "wgmma_sm90.cuh"
+    kernel = "gemm_wgmma_sm90"
+    min_cc = 90
+    needs_arch_suffix = True
+
+    params = (
+        Param("BM", (128, 64, 256), "tile rows (M) per CTA"),
+        Param("BN", (256, 128, 192, 64, 96, 160, 224),
+              "tile columns (N) per CTA = the wgmma N of every consumer"),
+        Param("BK", (64, 32), "K depth of one pipeline stage"),
+        Param("STAGES", (4, 3, 5, 6, 7, 2), "depth of the TMA -> wgmma shared-memory ring"),
+        Param("SWIZZLE", (128, 64, 32),
+              "shared-memory swizzle in bytes (TMA and wgmma descriptors agree); a stage row of "
+              "BK*2 bytes is loaded as BK*2/SWIZZLE boxes"),
+        Param("CLUSTER_M", (2, 1), "CTAs of a cluster along M (they share and multicast B)"),
+        Param("CLUSTER_N", (1, 2), "CTAs of a cluster along N (they share and multicast A)"),
+        Param("SCHEDULE", ("cooperative", "pingpong"),
+              "cooperative: both consumer warpgroups split one tile along M; pingpong: each "
+              "consumer owns alternate tiles, one's epilogue overlapping the other's main loop"),
+        Param("PERSISTENT", (1, 0),
+              "1: grid sized to the SMs, clusters loop over tiles; 0: one tile per cluster "
+              "(ping-pong: two, one per consumer)"),
+        Param("RASTER", ("m", "n"), "tile order: M fastest (bands of GROUP along M) or N fastest"),
+        Param("GROUP", (8, 4, 16, 1, 2), "band width of the tile raster, in cluster tiles"),
+        Param("SPLIT_K", (1, 2, 4, 8),
+              "K split across CTAs; fp32 partials in the workspace, the last split reduces in "
+              "index order (deterministic)"),
+        Param("EPILOGUE", ("tma", "direct", "tma_overlap"),
+              "tma: registers -> swizzled shared memory -> TMA store; direct: guarded global "
+              "stores; tma_overlap (cooperative, no split-K): the tile is packed to 16 bits in "
+              "registers and TMA-stored while the next tile's first wgmma group runs"),
+    )
+
+    # The best configs per public-suite shape on the H200, each schedule and cluster shape among
+    # them (benchmarks/results/wgmma_sm90_gpu_check_h200.json).
+    seeds = (
+        {"CLUSTER_M": 1, "EPILOGUE": "tma_overlap"},
+        {"CLUSTER_M": 1},
+        {"EPILOGUE": "tma_overlap"},
+        {"CLUSTER_M": 1, "CLUSTER_N": 2, "EPILOGUE": "tma_overlap"},
+        {"BM": 256, "BN": 128, "CLUSTER_M": 1, "EPILOGUE": "tma_overlap"},
+        {"SCHEDULE": "pingpong", "BN": 192, "CLUSTER_M": 1},
+        {"SCHEDULE": "pingpong", "BN": 128, "STAGES": 6, "CLUSTER_M": 1},
+        {"SCHEDULE": "pingpong", "BM": 64, "BN": 128, "STAGES": 7, "CLUSTER_M": 1, "SPLIT_K": 4},
+        {"SCHEDULE": "pingpong", "BM": 64, "BN": 96, "STAGES": 7, "CLUSTER_M": 1},
+        {"BN": 96, "STAGES": 6, "CLUSTER_M": 1, "SPLIT_K": 2},
+    )
+
+    # ---- derived quantities ----------------------------------------------------------------------
+    @staticmethod
+    def rows_per_consumer(config: Config) -> int:
+        return config["BM"] // 2 if config["SCHEDULE"] == "cooperative" else config["BM"]
+
+    @classmethod
+    def accumulators_per_thread(cls, config: Config) -> int:
+        """fp32 accumulator registers each consumer thread holds (its rows x BN / 128 threads)."""
+        return cls.rows_per_consumer(config) * config["BN"] // 128
+
+    @staticmethod
+    def epilogue_chunk_cols(config: Config) -> int:
+        return 64 if config["BN"] % 64 == 0 else 32
+
+    @classmethod
+    def smem_parts(cls, config: Config) -> dict[str, int]:
+        bm, bn, bk, stages = config["BM"], config["BN"], config["BK"], config["STAGES"]
+        ring = stages * (bm + bn) * bk * 2
+        staging = (4 * 64 * cls.epilogue_chunk_cols(config) * 2
+                   if config["EPILOGUE"] != "direct" else 0)
+        barriers = stages * BARRIER_BYTES_PER_STAGE + MISC_SMEM
+        return {"ring": ring, "staging": staging, "barriers": barriers, "align": ALIGN_SLACK}
+
+    @classmethod
+    def smem_bytes(cls, config: Config) -> int:
+        return sum(cls.smem_parts(config).values())
+
+    @staticmethod
+    def tile_counts(config: Config, problem: GemmProblem) -> tuple[int, int]:
+        return _cdiv(problem.M, config["BM"]), _cdiv(problem.N, config["BN"])
+
+    @classmethod
+    def total_work(cls, config: Config, problem: GemmProblem) -> int:
+        """Work items of the scheduler: cluster tiles x splits."""
+        num_m, num_n = cls.tile_counts(config, problem)
+        return (_cdiv(num_m, config["CLUSTER_M"]) * _cdiv(num_n, config["CLUSTER_N"])
+                * config["SPLIT_K"])
+
+    @staticmethod
+    def work_per_cluster(config: Config) -> int:
+        """Work items a cluster of a non-persistent grid takes (the kernel's PER_CLUSTER)."""
+        return 2 if config["SCHEDULE"] == "pingpong" else 1
+
+    @classmethod
+    def workspace_bytes(cls, config: Config, problem: GemmProblem) -> int:
+        if config["SPLIT_K"] == 1:
+            return 0
+        num_m, num_n = cls.tile_counts(config, problem)
+        tiles = num_m * num_n
+        counters = _cdiv(tiles, 64) * 64
+        return 4 * (counters + tiles * config["SPLIT_K"] * config["BM"] * config["BN"])
+
+    # ---- KernelTemplate ----------------------------------------------------------------------------
+    def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
+        bm, bn, bk = config["BM"], config["BN"], config["BK"]
+        sw = config["SWIZZLE"]
+        cm, cn = config["CLUSTER_M"], config["CLUSTER_N"]
+        sched = config["SCHEDULE"]
+        if cm * cn > 2:
+            return (f"CLUSTER_M={cm}, CLUSTER_N={cn}: 2x2 clusters reached at most 0.62 of the "
+                    "best config on every suite shape on the H200 "
+                    "(benchmarks/results/wgmma_sm90_gpu_check_h200.json)")
+        if (bk * 2) % sw:
+            return (f"SWIZZLE={sw}: a BK={bk} stage row is {bk * 2} bytes, narrower than the "
+                    f"{sw}-byte swizzle")
+        if sched == "cooperative" and bm not in (128, 256):
+            return (f"BM={bm}: SCHEDULE=cooperative splits the tile between two consumers of "
+                    "64-row wgmma blocks, so BM must be 128 or 256")
+        if sched == "pingpong" and bm not in (64, 128):
+            return f"BM={bm}: SCHEDULE=pingpong gives one consumer the whole tile; BM must be 64 or 128"
+        acc = self.accumulators_per_thread(config)
+        if acc > MAX_ACCUMULATORS:
+            return (f"BN={bn}: BM={bm} x BN={bn} with SCHEDULE={sched} needs {acc} fp32 "
+                    f"accumulators per consumer thread (> {MAX_ACCUMULATORS} spill in "
+                    f"{CONSUMER_REGS} registers)")
+        if config["EPILOGUE"] == "tma_overlap":
+            if sched != "cooperative":
+                return ("EPILOGUE=tma_overlap: ping-pong already overlaps each consumer's "
+                        "epilogue with the other consumer's main loop")
+            if config["SPLIT_K"] > 1:
+                return ("EPILOGUE=tma_overlap: split-K tiles are reduced by the last split, "
+                        "there is no next tile to overlap with")
+            if acc + acc // 2 > MAX_ACCUMULATORS:
+                return (f"EPILOGUE=tma_overlap: BM={bm} x BN={bn} keeps {acc} accumulators and "
+                        f"{acc // 2} packed outputs per consumer thread (> {MAX_ACCUMULATORS} "
+                        f"registers of values spill in {CONSUMER_REGS})")
+        if config["SPLIT_K"] > 1 and acc > MAX_ACCUMULATORS_SPLIT_K:
+            return (f"SPLIT_K={config['SPLIT_K']}: BM={bm} x BN={bn} with SCHEDULE={sched} holds "
+                    f"{acc} accumulators per consumer thread; with split-K over "
+                    f"{MAX_ACCUMULATORS_SPLIT_K} spill")
+        smem = self.smem_bytes(config)
+        if smem > device.smem_per_block_optin:
+            parts = self.smem_parts(config)
+            return (f"STAGES={config['STAGES']}: shared memory {smem} B (ring {parts['ring']}, "
+                    f"epilogue staging {parts['staging']}) exceeds {device.smem_per_block_optin} B "
+                    f"on {device.name}")
+        if cm * cn > MAX_CLUSTER:
+            return f"CLUSTER_M={cm}: cluster {cm}x{cn} exceeds {MAX_CLUSTER} CTAs"
+        if bm // cn > TMA_BOX_MAX or bn // cm > TMA_BOX_MAX:
+            return f"BM={bm}: TMA box over {TMA_BOX_MAX} rows"
+        if bm % cn or (bm // cn) % 8:
+            return f"CLUSTER_N={cn}: the multicast A slice BM/CLUSTER_N={bm / cn:g} rows is not a multiple of 8"
+        if bn % cm or (bn // cm) % 8:
+            return f"CLUSTER_M={cm}: the multicast B slice BN/CLUSTER_M={bn / cm:g} rows is not a multiple of 8"
+        num_m, num_n = self.tile_counts(config, problem)
+        if cm > num_m:
+            return (f"CLUSTER_M={cm}: the cluster is taller than the {num_m} tile row(s) of "
+                    f"M={problem.M} with BM={bm}")
+        if cn > num_n:
+            return (f"CLUSTER_N={cn}: the cluster is wider than the {num_n} tile column(s) of "
+                    f"N={problem.N} with BN={bn}")
+        if cm * cn > device.sm_count:
+            return f"CLUSTER_M={cm}: cluster larger than the {device.sm_count} SMs"
+        k_iters = _cdiv(problem.K, bk)
+        split = config["SPLIT_K"]
+        if split > k_iters:
+            return (f"SPLIT_K={split}: more splits than the {k_iters} k-block(s) of K={problem.K} "
+                    f"with BK={bk}")
+        if (config["PERSISTENT"] == 0
+                and _cdiv(self.total_work(config, problem), self.work_per_cluster(config)) * cm
+                > 2**31 - 1):
+            return "PERSISTENT=0: grid too large"
+        return None
+
+    def estimate(self, config: Config) -> Resources:
+        return Resources(threads=THREADS, regs_per_thread=REGS_AT_LAUNCH,
+                         smem_bytes=self.smem_bytes(config))
+
+    def template_args(self, config: Config, dtype: str) -> list[str]:
+        return [str(v) for v in (
+            DTYPE_CODE[dtype], config["BM"], config["BN"], config["BK"], config["STAGES"],
+            config["SWIZZLE"], config["CLUSTER_M"], config["CLUSTER_N"],
+            SCHEDULES[config["SCHEDULE"]], config["PERSISTENT"], RASTERS[config["RASTER"]],
+            config["GROUP"], config["SPLIT_K"], EPILOGUES[config["EPILOGUE"]],
+        )]
+
+    def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
+        cm, cn = config["CLUSTER_M"], config["CLUSTER_N"]
+        work = self.total_work(config, problem)
+        if config["PERSISTENT"]:
+            clusters = max(1, min(work, device.sm_count // (cm * cn)))
+        else:  # one work item per cluster; ping-pong: two (one per consumer warpgroup)
+            clusters = _cdiv(work, self.work_per_cluster(config))
+        return Launch(
+            grid=(cm * clusters, cn, 1), block=(THREADS, 1, 1),
+            smem_bytes=self.smem_bytes(config), cluster=(cm, cn, 1),
+            workspace_bytes=self.workspace_bytes(config, problem),
+            extra={"clusters": clusters, "work_items": work},
+        )
+
+    # ---- tensor maps ---------------------------------------------------------------------------
+    def tensor_map_specs(self, config: Config, problem: GemmProblem) -> dict[str, dict]:
+        """What cuTensorMapEncodeTiled gets for A, B and C (innermost dimension first)."""
+        m, n, k = problem.M, problem.N, problem.K
+        sw = config["SWIZZLE"]
+        epi_n = self.epilogue_chunk_cols(config)
+        return {
+            "a": {"dims": (k, m), "strides": (k * 2,), "box": (sw // 2, config["BM"] // config["CLUSTER_N"]),
+                  "swizzle": sw},
+            "b": {"dims": (k, n), "strides": (k * 2,), "box": (sw // 2, config["BN"] // config["CLUSTER_M"]),
+                  "swizzle": sw},
+            "c": {"dims": (n, m), "strides": (n * 2,), "box": (epi_n, 64), "swizzle": epi_n * 2},
+        }
+
+    @staticmethod
+    def encode_tensor_map(spec: Mapping[str, Any], dtype: str, address: int):
+        """A CUtensorMap (cuda.bindings.driver) for one spec of tensor_map_specs()."""
+        from cuda.bindings import driver as cu
+
+        dtypes = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                  "fp16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16}
+        swizzles = {128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                    64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                    32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}
+        err, tmap = cu.cuTensorMapEncodeTiled(
+            dtypes[dtype], 2, address,
+            [cu.cuuint64_t(d) for d in spec["dims"]],
+            [cu.cuuint64_t(s) for s in spec["strides"]],
+            [cu.cuuint32_t(b) for b in spec["box"]],
+            [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzles[spec["swizzle"]],
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err} for {dict(spec)}")
+        return tmap
+
+    def kernel_args(self, config: Config, problem: GemmProblem,
+                    ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
+        specs = self.tensor_map_specs(config, problem)
+        maps = [self.encode_tensor_map(specs[x], problem.dtype, int(ptrs[x])) for x in ("a", "b", "c")]
+        return [
+            (maps[0], None), (maps[1], None), (maps[2], None),
+            (int(ptrs["c"]), ctypes.c_void_p), (int(ptrs.get("workspace") or 0), ctypes.c_void_p),
+            (problem.M, ctypes.c_int), (problem.N, ctypes.c_int), (problem.K, ctypes.c_int),
+        ]

@@ -1,2 +1,17 @@
-"""tunefw: a distributed autotuner for GPU GEMM kernels."""
+"""tunefw: a distributed autotuner for GPU GEMM kernels.
+
+``tunefw.gemm``, ``tunefw.Linear``, ``tunefw.set_dispatch`` and ``tunefw.Dispatcher`` load torch
+on first access (the CLI does not pay for them).
+"""
 __version__ = "0.1.0"
+
+_LAZY = {"gemm": "tunefw.ops", "Linear": "tunefw.ops", "set_dispatch": "tunefw.ops",
+         "get_dispatcher": "tunefw.ops", "Dispatcher": "tunefw.runtime"}
+
+
+def __getattr__(name: str):
+    """Runtime names, imported on first use."""
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tunefw' has no attribute {name!r}")

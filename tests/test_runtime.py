@@ -1,0 +1,197 @@
+"""The runtime's choices on CPU: routes, explain texts, fallbacks, fingerprints, the torch op."""
+import json
+import warnings
+
+import pytest
+import torch
+
+import tunefw
+from tunefw import ops
+from tunefw.device import A100, H100, H200
+from tunefw.dispatch import load
+from tunefw.errors import UserError
+from tunefw.runtime import Dispatcher, read_manifest, ship_cubins
+from tunefw.templates import FAMILIES
+
+H200_FP = {"name": "NVIDIA H200", "cc": 90, "sm_count": 132, "uuid": "GPU-x"}
+
+
+def _entry(M, N, K, family="wgmma_sm90", dtype="bf16", **changes):
+    config = dict(FAMILIES[family].default_config(), **changes)
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "layout": "TN", "family": family,
+            "config": config, "tflops": 500.0, "cublas_tflops": 450.0, "trial_id": M + N}
+
+
+def _table(tmp_path, entries=None, simulated=False, fingerprint=H200_FP):
+    data = {"schema_version": 1, "simulated": simulated, "fingerprint": fingerprint,
+            "entries": entries if entries is not None else [
+                _entry(4096, 4096, 4096), _entry(128, 6144, 4096, "mma_sm80"),
+                _entry(2048, 2048, 2048, dtype="fp16")]}
+    path = tmp_path / "dispatch.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _no_warnings(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn()
+
+
+def test_exact_nearest_and_cublas_routes(tmp_path):
+    d = Dispatcher(_table(tmp_path), gpu=H200)
+    exact = _no_warnings(lambda: d.route(4096, 4096, 4096, "bf16"))
+    assert (exact.path, exact.entry.family) == ("exact", "wgmma_sm90")
+    near = d.route(3000, 4096, 4096, torch.bfloat16)
+    assert (near.path, near.entry.M) == ("nearest", 4096)
+    assert d.route(100, 6144, 4096, "bf16").entry.family == "mma_sm80"
+    assert d.route(2048, 2048, 2048, "fp16").path == "exact"
+    assert d.route(2048, 2048, 2048, torch.float32).path == "cublas"
+    assert d.route(64, 100, 64, "bf16").path == "cublas"  # N not a multiple of 8
+
+
+def test_explain_texts(tmp_path):
+    d = Dispatcher(_table(tmp_path), gpu=H200)
+    assert d.explain(4096, 4096, 4096, "bf16").startswith(
+        "4096x4096x4096 bf16: exact: its own entry (wgmma_sm90, trial 8192); kernel gemm_wgmma_sm90<0, 128, 256")
+    near = d.explain(3000, 4096, 4096, "bf16")
+    assert near.startswith("3000x4096x4096 bf16: nearest: entry 4096x4096x4096, the closest whose config is valid "
+                           "here (log distance 0.311; wgmma_sm90, trial 8192)")
+    assert "compiled on first use" in near
+    assert d.explain(64, 64, 64, torch.float32) == (
+        "64x64x64 float32: cublas: not a tunable problem: problem dtype='float32': expected one of bf16, fp16")
+    assert "N must be a positive multiple of 8" in d.explain(64, 100, 64)
+
+
+def test_nearest_skips_invalid_configs_and_says_why(tmp_path):
+    # a 2x1 cluster of 128-row tiles needs M > 128: for M=64 the wgmma entry cannot run
+    d = Dispatcher(_table(tmp_path, [_entry(4096, 4096, 4096)]), gpu=H200)
+    text = d.explain(64, 4096, 4096, "bf16")
+    assert text.startswith("64x4096x4096 bf16: cublas: no bf16 entry's config is valid for this shape "
+                           "(nearest 4096x4096x4096: CLUSTER_M=2: the cluster is taller")
+    d2 = Dispatcher(_table(tmp_path, [_entry(4096, 4096, 4096), _entry(8192, 8192, 8192, CLUSTER_M=1)]),
+                    gpu=H200)
+    route = d2.route(64, 4096, 4096, "bf16")
+    assert (route.path, route.entry.M) == ("nearest", 8192)  # farther, but valid
+    assert d2.explain(64, 64, 64, "fp16") == "64x64x64 fp16: cublas: the table has no fp16 entry"
+
+
+@pytest.mark.parametrize("gpu, table_kw, needle", [
+    (A100, {}, "tuned on NVIDIA H200 (cc 90), this GPU is NVIDIA A100-SXM4-80GB (cc 80)"),
+    (H100, {}, "this GPU is NVIDIA H100 80GB HBM3 (cc 90)"),
+    (H200, {"simulated": True}, "the dispatch table is SIMULATED"),
+    (H200, {"fingerprint": {"name": "NVIDIA H200"}}, "tuned on NVIDIA H200 (cc None)"),
+])
+def test_fingerprint_mismatch_serves_cublas_with_one_warning(tmp_path, gpu, table_kw, needle):
+    d = Dispatcher(_table(tmp_path, **table_kw), gpu=gpu)
+    with pytest.warns(RuntimeWarning) as caught:
+        first = d.explain(4096, 4096, 4096, "bf16")
+        d.explain(4096, 4096, 4096, "fp16")
+        d.route(128, 6144, 4096, "bf16")
+    assert len(caught) == 1
+    assert needle in str(caught[0].message) and "every GEMM uses cuBLAS" in str(caught[0].message)
+    assert first.startswith("4096x4096x4096 bf16: cublas: ") and needle in first
+
+
+def test_cpu_tensors_fall_back_to_torch_matmul(tmp_path):
+    d = Dispatcher(_table(tmp_path), gpu=H200)
+    a = torch.randn(4096 // 32, 256, dtype=torch.bfloat16)
+    b = torch.randn(320, 256, dtype=torch.bfloat16)
+    assert torch.equal(_no_warnings(lambda: d.gemm(a, b)), torch.matmul(a, b.t()))
+    x, w = torch.randn(3, 5, 16), torch.randn(8, 16)  # batched and float32: torch.matmul too
+    assert torch.equal(d.gemm(x, w), torch.matmul(x, w.t()))
+    assert d.plan_for(a, b) is None
+    with pytest.raises(RuntimeError):  # K mismatch: torch's own error
+        d.gemm(torch.randn(4, 16), torch.randn(4, 8))
+
+
+def test_no_cuda_and_no_gpu_override_means_cublas(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    d = Dispatcher(_table(tmp_path))
+    assert d.explain(4096, 4096, 4096) == "4096x4096x4096 bf16: cublas: no CUDA device"
+
+
+def test_shipped_cubin_directory(tmp_path):
+    table = load(_table(tmp_path, [_entry(128, 6144, 4096, "mma_sm80")]))
+    manifest = ship_cubins(table, tmp_path / "cubins", "sm_90a", cache_dir=tmp_path / "cache")
+    ((name, kernel),) = manifest["kernels"].items()
+    assert name.startswith("gemm_mma_sm80<0, 128") and (tmp_path / "cubins" / kernel["file"]).stat().st_size
+    assert read_manifest(tmp_path / "cubins")["arch"] == "sm_90a"
+    d = Dispatcher(table, cubin_dir=tmp_path / "cubins", gpu=H200)
+    assert d.explain(128, 6144, 4096).endswith(f"kernel {name} from {tmp_path / 'cubins'}")
+    (tmp_path / "cubins" / "manifest.json").write_text("{}")
+    with pytest.raises(UserError, match="manifest.json: expected"):
+        Dispatcher(table, cubin_dir=tmp_path / "cubins")
+
+
+# ---- torch integration ----------------------------------------------------------------------------
+@pytest.fixture
+def global_table(tmp_path):
+    ops.set_dispatch(_table(tmp_path), gpu=H200)
+    yield
+    ops.set_dispatch(None)
+
+
+def test_op_is_registered_and_has_fake_shapes(global_table):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert hasattr(torch.ops.tunefw, "gemm")
+    with FakeTensorMode():
+        out = torch.ops.tunefw.gemm(torch.empty(7, 64, dtype=torch.bfloat16),
+                                    torch.empty(24, 64, dtype=torch.bfloat16))
+        batched = torch.ops.tunefw.gemm(torch.empty(2, 3, 16), torch.empty(8, 16))
+    assert (out.shape, out.dtype) == ((7, 24), torch.bfloat16)
+    assert batched.shape == (2, 3, 8)
+    torch.library.opcheck(torch.ops.tunefw.gemm.default, (torch.randn(8, 16), torch.randn(24, 16)))
+
+
+def test_op_under_torch_compile_on_cpu_falls_back(global_table):
+    a, b = torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(48, 64, dtype=torch.bfloat16)
+    compiled = torch.compile(lambda a, b: tunefw.gemm(a, b) * 2, backend="eager", fullgraph=True)
+    assert torch.equal(compiled(a, b), torch.matmul(a, b.t()) * 2)
+
+
+def test_linear_is_a_drop_in_for_nn_linear(global_table):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(64, 24)
+    mine = tunefw.Linear.from_linear(ref)
+    x = torch.randn(2, 5, 64, requires_grad=True)
+    y_ref, y = ref(x), mine(x)
+    assert torch.allclose(y, y_ref, atol=1e-6)
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    (gx_ref,) = torch.autograd.grad(y_ref.sum(), x)
+    assert torch.allclose(gx, gx_ref, atol=1e-6)
+    plain = tunefw.Linear(64, 24, bias=False)
+    assert plain(torch.randn(3, 64)).shape == (3, 24)
+
+
+def test_global_dispatcher_from_env(tmp_path, monkeypatch):
+    monkeypatch.setattr(ops, "_state", {"dispatcher": None, "env_read": False})
+    monkeypatch.setenv(ops.ENV, str(_table(tmp_path)))
+    assert ops.get_dispatcher().table.entries[0].M == 4096
+    monkeypatch.setattr(ops, "_state", {"dispatcher": None, "env_read": False})
+    monkeypatch.delenv(ops.ENV)
+    with pytest.warns(RuntimeWarning, match="no dispatch table set"):
+        assert ops.get_dispatcher() is None
+
+
+def test_route_for_tensors(tmp_path):
+    d = Dispatcher(_table(tmp_path), gpu=H200)
+    a, b = torch.randn(64, 32), torch.randn(48, 32)
+    assert d.route_for(a, b).reason == "not a 2-D CUDA GEMM of one dtype"
+
+
+def test_kernel_argument_buffer_points_at_the_values():
+    import ctypes
+    from tunefw.problem import GemmProblem
+    from tunefw.runtime import _pack
+
+    mma = FAMILIES["mma_sm80"]
+    args = mma.kernel_args(mma.default_config(), GemmProblem(64, 128, 256),
+                           {"a": 0x1000, "b": 0x2000, "c": 0x3000, "workspace": 0})
+    address, _keep = _pack(args)
+    slots = (ctypes.c_void_p * len(args)).from_address(address)
+    pointers = [ctypes.c_void_p.from_address(slots[i]).value or 0 for i in range(4)]
+    ints = [ctypes.c_int.from_address(slots[i]).value for i in range(4, 7)]
+    assert pointers == [0x1000, 0x2000, 0x3000, 0] and ints == [64, 128, 256]

@@ -1,0 +1,456 @@
+"""Runtime dispatch: C = A @ B^T from a dispatch table's tuned kernels, else cuBLAS.
+
+``Dispatcher(path).gemm(a, b)`` takes a: MxK and b: NxK (TN, like ``F.linear`` without bias),
+picks the table's entry for the shape (exact, else the nearest entry whose config passes the
+family's check() for the shape on this GPU), gets its kernel (compiled on first use through
+tunefw.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
+current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: CPU tensors,
+other dtypes, non-contiguous or misaligned operands, shapes no entry can serve, a table tuned
+on another GPU model or compute capability, a SIMULATED table, a kernel that cannot be built.
+
+Hot path: per (shape, dtype, device) the chosen plan is cached; per plan the kernel argument
+buffer (cuLaunchKernel's ``void**``) is cached per (a, b, c) address triple, so a call costs
+the output allocation (torch's caching allocator), a few dict lookups and the launch. The split-K
+workspace is allocated and zeroed once per plan (the kernels reset their own counters), so after
+the first call of a shape a call allocates only C and never synchronizes: it can be captured in a
+CUDA graph. One plan's workspace is shared: do not run the same split-K shape concurrently on
+two streams.
+
+Shipped cubins (``cubin_dir``), as written by :func:`ship_cubins`::
+
+    cubin_dir/manifest.json  {"format": 1, "arch": "sm_90a",
+                              "kernels": {"<name expression>": {"file": "<cache key>.cubin",
+                                                                "lowered_name": "<mangled>"}}}
+    cubin_dir/<cache key>.cubin
+
+The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``) names the instantiation; a cubin is
+used only when the manifest's arch equals this GPU's; a kernel missing from the manifest is
+compiled (and a compile that fails sends its shapes to cuBLAS).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tunefw.device import DeviceSpec, spec_for
+from tunefw.dispatch import DispatchEntry, DispatchTable, load
+from tunefw.errors import UserError
+from tunefw.problem import GemmProblem
+from tunefw.templates import FAMILIES
+from tunefw.templates.base import KernelTemplate, Launch
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
+TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one (M, N, K, dtype) is served: path 'exact' | 'nearest' | 'cublas', and why."""
+
+    path: str
+    entry: DispatchEntry | None
+    reason: str
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """'bf16' / 'fp16' for torch dtypes and names; other dtypes as torch spells them."""
+    if isinstance(dtype, torch.dtype):
+        return TORCH_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+    return dtype
+
+
+def _raw_stream_getter():
+    """A fast current-stream function (index -> cudaStream_t as int)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+_current_stream = _raw_stream_getter()
+
+
+def live_spec(index: int) -> DeviceSpec:
+    """The limits of CUDA device ``index`` as the driver reports them."""
+    from cuda.bindings import driver as cu
+    from tunefw.evaluate.cuda import _check
+
+    _check(cu.cuInit(0), "setup", "cuInit")
+    device = _check(cu.cuDeviceGet(index), "setup", "cuDeviceGet")
+    attr = lambda name: _check(cu.cuDeviceGetAttribute(  # noqa: E731
+        getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device), "setup", name)
+    major, minor = torch.cuda.get_device_capability(index)
+    return spec_for(torch.cuda.get_device_name(index), major * 10 + minor,
+                    attr("MULTIPROCESSOR_COUNT"), attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                    attr("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"), attr("L2_CACHE_SIZE"))
+
+
+def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
+    """Why the table's kernels must not run on ``gpu`` (SIMULATED, other model or arch), or None."""
+    if table.simulated:
+        return "the dispatch table is SIMULATED (tuned on a modeled device)"
+    fps = table.fingerprint.get("mixed") or [table.fingerprint]
+    for fp in fps:
+        name, cc = fp.get("name"), fp.get("cc")
+        if (name, cc) != (gpu.name, gpu.cc):
+            return f"the dispatch table was tuned on {name} (cc {cc}), this GPU is {gpu.name} (cc {gpu.cc})"
+    return None
+
+
+def _pack(args: list[tuple[Any, Any]]) -> tuple[int, tuple]:
+    """cuLaunchKernel's ``void**`` for kernel_args() values: its address and what keeps it alive."""
+    slots, keep = [], []
+    for value, kind in args:
+        if kind is None:  # a driver object (CUtensorMap): the kernel reads its own storage
+            slots.append(value.getPtr())
+            keep.append(value)
+        else:
+            boxed = kind(value)
+            slots.append(ctypes.addressof(boxed))
+            keep.append(boxed)
+    array = (ctypes.c_void_p * len(slots))(*slots)
+    return ctypes.addressof(array), (array, *keep)
+
+
+class _Plan:
+    """One (entry, shape, device): the loaded kernel, its geometry, workspace and argument buffers."""
+
+    def __init__(self, template: KernelTemplate, entry: DispatchEntry, problem: GemmProblem,
+                 launch: Launch, function: Any, context: Any, device: torch.device) -> None:
+        from cuda.bindings import driver as cu
+
+        self._cu = cu
+        self.template, self.entry, self.problem, self.launch_geometry = template, entry, problem, launch
+        self.function, self.context, self.index = function, context, device.index
+        self.out_shape = (problem.M, problem.N)
+        self.workspace = (torch.zeros(launch.workspace_bytes, dtype=torch.uint8, device=device)
+                          if launch.workspace_bytes else None)
+        self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
+        self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
+        self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
+        self._configs: dict[int, Any] = {}  # cluster launches: CUlaunchConfig per stream
+
+    def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
+        """The argument buffer's address for these operands (built once per address triple)."""
+        key = (a_ptr, b_ptr, c_ptr)
+        packed = self._args.get(key)
+        if packed is None:
+            ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
+            packed = _pack(self.template.kernel_args(self.entry.config, self.problem, ptrs))
+            if len(self._args) >= ARG_SETS_KEPT:
+                self._args.clear()
+            self._args[key] = packed
+        return packed[0]
+
+    def _cluster_config(self, stream: int) -> Any:
+        config = self._configs.get(stream)
+        if config is None:
+            cu, launch = self._cu, self.launch_geometry
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
+            config.sharedMemBytes, config.hStream = launch.smem_bytes, cu.CUstream(stream)
+            attribute = cu.CUlaunchAttribute()
+            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dim = attribute.value.clusterDim
+            dim.x, dim.y, dim.z = launch.cluster
+            config.attrs, config.numAttrs = [attribute], 1
+            self._configs[stream] = config
+        return config
+
+    def launch(self, params: int, stream: int) -> None:
+        """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
+        cu = self._cu
+        if self.launch_geometry.cluster == (1, 1, 1):
+            (err,) = cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+        else:
+            (err,) = cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            self._retry(err, params, stream)
+
+    def _retry(self, err: Any, params: int, stream: int) -> None:
+        """A thread without this device's context current: set it and launch again, once."""
+        from tunefw.evaluate.cuda import CudaFailure
+
+        cu = self._cu
+        if err in (cu.CUresult.CUDA_ERROR_INVALID_CONTEXT, cu.CUresult.CUDA_ERROR_INVALID_HANDLE):
+            cu.cuCtxSetCurrent(self.context)
+            if self.launch_geometry.cluster == (1, 1, 1):
+                (err,) = cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+            else:
+                (err,) = cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
+                                             f"{self.problem.key()}")
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = a.new_empty(self.out_shape)
+        self.launch(self.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), _current_stream(self.index))
+        return c
+
+
+class _Device:
+    """Per CUDA device: its limits, why tuned kernels are refused (or None), loaded modules."""
+
+    def __init__(self, spec: DeviceSpec, refusal: str | None, index: int | None) -> None:
+        self.spec, self.refusal, self.index = spec, refusal, index
+        self.context: Any = None
+        self.functions: dict[str, Any] = {}  # cubin key -> CUfunction
+        self.modules: list[Any] = []
+
+    def function(self, key: str, cubin: bytes, lowered_name: str, launch: Launch) -> Any:
+        """The kernel (module loaded once per cubin) with its launch attributes set."""
+        from cuda.bindings import driver as cu
+        from tunefw.evaluate.cuda import _check
+
+        if self.context is None:
+            torch.empty(1, device=torch.device("cuda", self.index))  # creates the primary context
+            _check(cu.cuInit(0), "setup", "cuInit")
+            device = _check(cu.cuDeviceGet(self.index), "setup", "cuDeviceGet")
+            self.context = _check(cu.cuDevicePrimaryCtxRetain(device), "setup", "cuDevicePrimaryCtxRetain")
+        _check(cu.cuCtxSetCurrent(self.context), "setup", "cuCtxSetCurrent")
+        if key not in self.functions:
+            module = _check(cu.cuModuleLoadData(cubin), "load", "cuModuleLoadData")
+            self.modules.append(module)
+            self.functions[key] = _check(cu.cuModuleGetFunction(module, lowered_name.encode()),
+                                         "load", f"cuModuleGetFunction({lowered_name})")
+        function = self.functions[key]
+        attr = cu.CUfunction_attribute
+        _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     launch.smem_bytes), "setup", "dynamic shared memory")
+        if math.prod(launch.cluster) > 8:
+            _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                   "setup", "non-portable cluster size")
+        return function
+
+
+class Dispatcher:
+    """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
+
+    def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
+                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None) -> None:
+        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's."""
+        self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
+        self.cubin_dir = Path(cubin_dir) if cubin_dir else None
+        self.cache_dir = cache_dir
+        self._manifest = read_manifest(self.cubin_dir) if self.cubin_dir else None
+        self._gpu = gpu
+        self._lock = threading.RLock()
+        self._plans: dict[tuple, _Plan | None] = {}
+        self._routes: dict[tuple, Route] = {}
+        self._devices: dict[int | None, _Device] = {}
+        self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
+        self._warned: set[str] = set()
+
+    # ---- the hot path ------------------------------------------------------------------------
+    def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """C = a @ b.T by the tuned kernel for the shape, else torch.matmul(a, b.t())."""
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device())
+        plan = self._plans.get(key, False)
+        if plan is False:
+            plan = self._resolve(key, a, b)
+        if plan is None or not _servable(a, b):
+            return torch.matmul(a, b.t())
+        return plan(a, b)
+
+    def route_for(self, a: torch.Tensor, b: torch.Tensor) -> Route:
+        """The route gemm(a, b) takes for these very tensors (layout and placement included)."""
+        if not (a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype):
+            return Route("cublas", None, "not a 2-D CUDA GEMM of one dtype")
+        route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+        if route.entry is not None and self.plan_for(a, b) is None:  # its kernel failed to build
+            route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+        if route.entry is not None and not _servable(a, b):
+            return Route("cublas", None, "operands are not contiguous, 16-byte aligned and on one device")
+        return route
+
+    def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> _Plan | None:
+        """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device())
+        plan = self._plans.get(key, False)
+        return self._resolve(key, a, b) if plan is False else plan
+
+    # ---- choosing ----------------------------------------------------------------------------
+    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> _Plan | None:
+        """Build (once, under the lock) the plan for a key; None means torch.matmul."""
+        with self._lock:
+            if key in self._plans:
+                return self._plans[key]
+            plan = None
+            if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
+                    and a.dtype == b.dtype:
+                route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+                if route.entry is not None:
+                    plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+            self._plans[key] = plan
+            return plan
+
+    def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
+              device: int | None = None) -> Route:
+        """Which path serves (M, N, K, dtype) on CUDA device ``device`` (default: the current one)."""
+        name = dtype_name(dtype)
+        with self._lock:
+            dev = self._device(device)
+            key = (M, N, K, name, dev.index if dev else None)
+            if key not in self._routes:
+                self._routes[key] = self._route(M, N, K, name, dev)
+            route = self._routes[key]
+            if route.entry is not None:
+                reason = self._failed.get(self._name(route.entry))
+                if reason:
+                    return Route("cublas", None, f"the kernel of the {route.path} entry "
+                                                 f"{_shape(route.entry)} is unavailable: {reason}")
+            return route
+
+    def _route(self, M: int, N: int, K: int, dtype: str, dev: _Device | None) -> Route:
+        if dev is None:
+            return Route("cublas", None, "no CUDA device")
+        if dev.refusal:
+            return Route("cublas", None, dev.refusal)
+        try:
+            problem = GemmProblem(M, N, K, dtype)
+        except UserError as exc:
+            return Route("cublas", None, f"not a tunable problem: {exc}")
+        entry = self.table.lookup(problem, dev.spec)
+        if entry is None:
+            same = [e for e in self.table.entries if e.dtype == dtype]
+            if not same:
+                return Route("cublas", None, f"the table has no {dtype} entry")
+            nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))
+            why = FAMILIES[nearest.family].check(nearest.config, problem, dev.spec)
+            return Route("cublas", None, f"no {dtype} entry's config is valid for this shape "
+                                         f"(nearest {_shape(nearest)}: {why})")
+        source = self._source(entry)
+        if (entry.M, entry.N, entry.K) == (M, N, K):
+            return Route("exact", entry, f"its own entry ({entry.family}, trial {entry.trial_id}); {source}")
+        return Route("nearest", entry,
+                     f"entry {_shape(entry)}, the closest whose config is valid here (log distance "
+                     f"{problem.log_distance(entry.problem):.3f}; {entry.family}, trial "
+                     f"{entry.trial_id}); {source}")
+
+    def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
+                device: int | None = None) -> str:
+        """One line: which path serves the shape (exact / nearest from which entry / cublas) and why."""
+        route = self.route(M, N, K, dtype, device)
+        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}"
+
+    def _device(self, index: int | None) -> _Device | None:
+        """The device state (probed once; warns once when the table must not run there)."""
+        if index is None or index < 0:
+            if self._gpu is None and not torch.cuda.is_available():
+                return None
+            index = torch.cuda.current_device() if torch.cuda.is_available() else None
+        if index not in self._devices:
+            spec = self._gpu or live_spec(index)
+            refusal = fingerprint_mismatch(self.table, spec)
+            if refusal:
+                self._warn(f"tunefw: {refusal}: every GEMM uses cuBLAS (torch.matmul)")
+            self._devices[index] = _Device(spec, refusal, index)
+        return self._devices[index]
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    # ---- kernels -----------------------------------------------------------------------------
+    @staticmethod
+    def _name(entry: DispatchEntry) -> str:
+        return FAMILIES[entry.family].name_expression(entry.config, entry.dtype)
+
+    def _source(self, entry: DispatchEntry) -> str:
+        """Where the entry's kernel comes from, in words."""
+        name = self._name(entry)
+        if self._manifest and name in self._manifest["kernels"]:
+            return f"kernel {name} from {self.cubin_dir}"
+        return f"kernel {name} compiled on first use"
+
+    def _kernel(self, entry: DispatchEntry, arch: str) -> tuple[str, bytes, str]:
+        """(cache key, cubin, lowered name) from the cubin directory, else from the compiler."""
+        name = self._name(entry)
+        shipped = (self._manifest or {}).get("kernels", {}).get(name)
+        if shipped and self._manifest["arch"] == arch:
+            return shipped["file"], (self.cubin_dir / shipped["file"]).read_bytes(), shipped["lowered_name"]
+        from tunefw.compiler import compile_kernel
+        result = compile_kernel(FAMILIES[entry.family], entry.config, entry.dtype, arch,
+                                cache_dir=self.cache_dir)
+        if not result.ok:
+            raise UserError(f"{result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
+        return result.key, result.cubin, result.lowered_name
+
+    def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> _Plan | None:
+        """Load or compile the entry's kernel for this shape; a failure sends it to cuBLAS."""
+        from tunefw.evaluate.cuda import CudaFailure
+
+        dev = self._devices[index]
+        problem = GemmProblem(M, N, K, entry.dtype)
+        template = FAMILIES[entry.family]
+        launch = template.launch(entry.config, problem, dev.spec)
+        try:
+            key, cubin, lowered = self._kernel(entry, dev.spec.arch)
+            function = dev.function(key, cubin, lowered, launch)
+        except (UserError, CudaFailure, OSError) as exc:
+            name = self._name(entry)
+            self._failed[name] = str(exc)
+            self._warn(f"tunefw: kernel {name} unavailable ({exc}): its shapes use cuBLAS")
+            return None
+        return _Plan(template, entry, problem, launch, function, dev.context,
+                     torch.device("cuda", index))
+
+
+def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Operands a kernel can read: contiguous, 16-byte aligned, on one device."""
+    return (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) % ALIGN
+            and a.get_device() == b.get_device())
+
+
+def _shape(entry: DispatchEntry) -> str:
+    return f"{entry.M}x{entry.N}x{entry.K}"
+
+
+# ---- shipped cubins --------------------------------------------------------------------------
+def read_manifest(cubin_dir: Path) -> dict:
+    """The manifest of a shipped cubin directory; a one-line UserError if it is unusable."""
+    path = cubin_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
+            or not isinstance(manifest.get("kernels"), dict) or not isinstance(manifest.get("arch"), str):
+        raise UserError(f"{path}: expected {{'format': {MANIFEST_FORMAT}, 'arch': ..., 'kernels': {{...}}}}")
+    return manifest
+
+
+def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
+                cache_dir: str | Path | None = None) -> dict:
+    """Compile every entry's kernel for ``arch`` into ``cubin_dir`` with its manifest; returns it."""
+    from tunefw.compiler import compile_kernel
+
+    out = Path(cubin_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    kernels: dict[str, dict] = {}
+    for entry in table.entries:
+        family = FAMILIES[entry.family]
+        name = family.name_expression(entry.config, entry.dtype)
+        if name in kernels:
+            continue
+        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=cache_dir)
+        if not result.ok:
+            raise UserError(f"{name}: {result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
+        (out / f"{result.key}.cubin").write_bytes(result.cubin)
+        kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name}
+    manifest = {"format": MANIFEST_FORMAT, "arch": arch, "kernels": kernels}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

@@ -101,3 +101,19 @@ def test_study_create_show_json_and_delete(db_url, tmp_path):
     assert "s" in run_cli("study", "list", db=db_url).stdout
     assert run_cli("study", "delete", "s", db=db_url).returncode == 0
     _one_line_error(run_cli("study", "show", "s", db=db_url), "not found")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, arch", [("mma_sm80", "sm_80"), ("wgmma_sm90", "sm_90a")])
+def test_compile_sample_of_20_passes_the_sass_check(tmp_path, family, arch):
+    result = run_cli("compile", family, "--arch", arch, "--sample", "20", "--check-sass",
+                     "--cache-dir", str(tmp_path), timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    assert "20 ok, 0 failed of 20" in result.stdout
+    assert sum(line.startswith("ok ") for line in result.stdout.splitlines()) == 20
+
+
+def test_failing_compile_command_exits_non_zero(tmp_path):
+    result = run_cli("compile", "mma_sm80", "--arch", "sm_80", "--config", '{"BM": 7}')
+    assert result.returncode != 0
+    assert "BM=7" in result.stderr and len(result.stderr.strip().splitlines()) == 1

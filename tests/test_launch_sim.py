@@ -158,3 +158,77 @@ def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path)
     assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(1,)]
     third = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", db=db_url)
     assert "nothing left to run" in third.stdout
+
+
+def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
+    study = _study_file(tmp_path, name="g", trials=3, shapes=("256x256x256",))
+    assert run_cli("study", "create", "g", "--from", str(study), db=db_url).returncode == 0
+    assert run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    con.execute("""UPDATE tunefw_study SET fingerprint = json_set(fingerprint, '$.name',
+                   'NVIDIA A100-SXM4-80GB')""")
+    con.commit()
+    con.close()
+    before = _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id")
+    refused = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [
+        "tunefw: error: study 'g' round 0 ran on NVIDIA A100-SXM4-80GB, this launch is on "
+        "SIMULATED NVIDIA H200: pass --new-round to start a new round"]
+    assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    con.execute("UPDATE tunefw_study SET fingerprint = NULL, space_hashes = '{}'")
+    con.execute("UPDATE tunefw_study SET fingerprint = "
+                "(SELECT fingerprint FROM tunefw_trial WHERE status = 'OK' LIMIT 1)")
+    con.commit()
+    con.close()
+    changed = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert "parameter space changed" in changed.stderr
+    again = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", "--new-round", db=db_url)
+    assert again.returncode == 0, again.stderr
+    rounds = _rows(db_url, "SELECT round, count(*) FROM tunefw_trial WHERE status != 'INVALID' "
+                           "GROUP BY round")
+    assert rounds == [(0, 3), (1, 3)]
+
+
+def test_a_second_study_reuses_stored_measurements(db_url, tmp_path):
+    first = _study_file(tmp_path, name="a", trials=4, shapes=("256x256x256",))
+    assert run_cli("study", "create", "a", "--from", str(first), db=db_url).returncode == 0
+    assert run_cli("launch", "a", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+    second = _study_file(tmp_path, name="b", trials=4, shapes=("256x256x256",))
+    assert run_cli("study", "create", "b", "--from", str(second), db=db_url).returncode == 0
+    assert run_cli("launch", "b", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+    reused = _rows(db_url, "SELECT t.config_key, t.tflops, o.config_key, o.tflops FROM "
+                           "tunefw_trial t JOIN tunefw_trial o ON o.id = t.reused_from")
+    assert reused, "the seeds are proposed again and answered from study a's rows"
+    assert all(k == ok and v == ov for k, v, ok, ov in reused)
+
+
+def test_ctrl_c_stops_cleanly(db_url, tmp_path):
+    study = _study_file(tmp_path, name="c", trials=20, trial_seconds=0.5,
+                        shapes=("512x512x512",))
+    assert run_cli("study", "create", "c", "--from", str(study), db=db_url).returncode == 0
+    env = dict(os.environ, TUNEFW_DB=db_url)
+    proc = subprocess.Popen([sys.executable, "-m", "tunefw", "launch", "c", "--gpus", "1",
+                             "--backend", "sim"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and _count_ok(db_url) < 2:
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].startswith("tunefw: interrupted;")
+    assert "Traceback" not in err
+    done = _count_ok(db_url)
+    resumed = run_cli("launch", "c", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert resumed.returncode == 0 and _count_ok(db_url) == 20 > done
+
+
+def _count_ok(db_url):
+    if not Path(db_url.removeprefix("sqlite:///")).exists():
+        return 0
+    try:
+        return _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status = 'OK'")[0][0]
+    except sqlite3.OperationalError:  # tables not created yet
+        return 0

@@ -84,3 +84,17 @@ def test_stalled_search_switches_to_the_unmeasured_rest():
     search.stall = 10**6  # as if the sampler had only repeated itself
     prop = search.ask(set())
     assert prop.invalid_reason is None and fam.check(prop.config, problem, H200) is None
+
+
+def test_a_fresh_search_starts_from_the_seed_configs():
+    fam = FAMILIES["wgmma_sm90"]
+    problem = GemmProblem(4096, 4096, 4096)
+    expected = [c for c in fam.seed_configs() if fam.check(c, problem, H200) is None]
+    assert len(expected) >= 3
+    search = _search(["wgmma_sm90"], "tpe", problem)
+    asked = []
+    for _ in expected:
+        prop = search.ask(set())
+        asked.append(prop.config)
+        search.tell(prop.trial, 1.0)
+    assert asked == expected

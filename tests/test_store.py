@@ -79,3 +79,20 @@ def test_not_a_database(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(UserError, match="cannot open database"):
         open_store(f"sqlite:///{path}")
+
+
+def test_top_trials_honours_n_including_zero(db_url):
+    from tunefw.evaluate.outcome import Outcome, Status
+    store = open_store(db_url)
+    with store.session() as s:
+        study = q.create_study(s, _spec())
+        problem = study.problems[0]
+        for i, tflops in enumerate([10.0, 30.0, 20.0, 30.0]):
+            q.record_trial(s, study, problem, "mma_sm80", {"i": i}, f"key{i % 3}",
+                           Outcome(Status.OK, tflops=tflops), "src", None)
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        assert q.top_trials(s, study.problems[0], 0, 0) == []
+        top = q.top_trials(s, study.problems[0], 0, 3)  # one row per config, best first
+        assert [(t.config_key, t.tflops) for t in top] == [("key1", 30.0), ("key0", 30.0),
+                                                           ("key2", 20.0)]

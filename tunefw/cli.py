@@ -323,7 +323,8 @@ def bench_cmd(
     """Time the runtime path, cuBLAS and Triton for every dispatch entry (needs a GPU)."""
     from tunefw.bench import parse_against, run_bench
     from tunefw.dispatch import load
-    from tunefw.report import bench_html, write_text
+    from tunefw.fileio import write_atomic
+    from tunefw.report import bench_html
 
     if (path is None) == (study is None):
         raise UserError("bench: give a dispatch.json path or --study NAME (not both)")
@@ -347,9 +348,9 @@ def bench_cmd(
     geo = result["geomean"]
     out.print(f"geomean ratio vs cuBLAS {fmt(geo['ratio'], '.3f')}, vs Triton {fmt(geo['triton_ratio'], '.3f')}")
     if out_path:
-        write_text(out_path, json.dumps(result, indent=2) + "\n")
+        write_atomic(out_path, json.dumps(result, indent=2) + "\n")
     if html_path:
-        write_text(html_path, bench_html(result))
+        write_atomic(html_path, bench_html(result))
 
 
 @app.command("report")
@@ -370,7 +371,12 @@ def main() -> None:
     if os.environ.get("TUNEFW_STACK_DUMP_S"):  # diagnosing a stuck launch: stacks every N s
         faulthandler.dump_traceback_later(float(os.environ["TUNEFW_STACK_DUMP_S"]), repeat=True)
     try:
-        command.main(args=sys.argv[1:], prog_name="tunefw", standalone_mode=False)
+        # Without standalone mode typer returns (not raises) the code of an Exit, and turns
+        # Ctrl-C into Exit(130).
+        code = command.main(args=sys.argv[1:], prog_name="tunefw", standalone_mode=False)
+        if code == 130:
+            raise KeyboardInterrupt
+        sys.exit(code if isinstance(code, int) else 0)
     except _Exit as exc:
         sys.exit(exc.exit_code)
     except _click_exc.UsageError as exc:

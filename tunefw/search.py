@@ -121,6 +121,18 @@ class ProblemSearch:
         self._rng = random.Random(seed)
         self._queue: list[tuple[str, dict]] | None = None  # enumerated configs still to try
         self.stall = 0
+        if not self.durable.trials and not self.grid:
+            self._enqueue_seeds()
+
+    def _enqueue_seeds(self) -> None:
+        """A fresh search starts from each family's seed configs that can run this problem."""
+        for fam_name in self.families:
+            family = get_family(fam_name)
+            for config in family.seed_configs():
+                if family.check(config, self.problem, self.device) is None:
+                    params = {"family": fam_name} if len(self.families) > 1 else {}
+                    params.update(_params_for(family, config))
+                    self.study.enqueue_trial(params, skip_if_exists=True)
 
     def _enqueue_next(self, known: set[str]) -> bool:
         """Enumerated mode: enqueue the next config not yet known; False when none is left."""

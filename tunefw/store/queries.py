@@ -114,11 +114,11 @@ def top_trials(s: Session, problem: Problem, round_: int, n: int) -> list[Trial]
         Trial.status == Status.OK.value).order_by(Trial.tflops.desc(), Trial.id))
     seen, out = set(), []
     for r in rows:
+        if len(out) >= n:
+            break
         if r.config_key not in seen:
             seen.add(r.config_key)
             out.append(r)
-        if len(out) == n:
-            break
     return out
 
 

@@ -70,6 +70,10 @@ class KernelTemplate:
     min_cc: int = 80
     needs_arch_suffix: bool = False  # True where the kernel needs sm_90a-style features
     params: tuple[Param, ...] = ()
+    # Starting points every search evaluates first: overrides of default_config() that measured
+    # well on real GPUs (recorded in benchmarks/results). Those check() rejects for a problem
+    # are skipped; a sampler then takes over from what they taught it.
+    seeds: tuple[dict, ...] = ()
 
     # ---- the space ------------------------------------------------------------------------
     @property
@@ -79,6 +83,15 @@ class KernelTemplate:
     def default_config(self) -> dict:
         """A config that is valid for typical large problems: each param's first value."""
         return {p.name: p.values[0] for p in self.params}
+
+    def seed_configs(self) -> list[dict]:
+        """The default config, then each seed applied over it (duplicates dropped)."""
+        configs: list[dict] = []
+        for override in ({},) + tuple(self.seeds):
+            config = {**self.default_config(), **override}
+            if config not in configs:
+                configs.append(config)
+        return configs
 
     def space_hash(self) -> str:
         """Changes whenever a parameter or one of its values changes (resume guard)."""

@@ -59,6 +59,19 @@ class MmaSm80(KernelTemplate):
         Param("EPILOGUE", (0, 1), "0: direct 4-byte stores, 1: staged in shared memory, 16-byte stores"),
     )
 
+    # Measured on the H200 (benchmarks/results/mma_sm80_gpu_check_h200.json): the 64x64-warp
+    # 128x256 and 256x128 tiles lead on large shapes; split-K tiles feed the SMs at small M.
+    seeds = (
+        {"BN": 256, "STAGES": 4, "EPILOGUE": 1},
+        {"BN": 256, "STAGES": 3},
+        {"BM": 256, "STAGES": 4},
+        {"BN": 256, "BK": 64, "STAGES": 3},
+        {"BK": 64, "STAGES": 3},
+        {"BM": 64, "BN": 128, "BK": 64, "WM": 32, "WN": 64, "STAGES": 4, "SPLIT_K": 4},
+        {"BM": 32, "BN": 128, "BK": 64, "WM": 32, "WN": 32, "STAGES": 4, "SPLIT_K": 8},
+        {"BM": 32, "BN": 64, "BK": 64, "WM": 16, "WN": 32, "STAGES": 4, "SPLIT_K": 4},
+    )
+
     # ---- derived quantities ---------------------------------------------------------------------
     @staticmethod
     def warps(config: Config) -> int:

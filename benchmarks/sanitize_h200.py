@@ -1,0 +1,101 @@
+"""Run a sample of a family's configs under compute-sanitizer (memcheck, racecheck) on the GPU.
+
+The child process compiles each config and runs it through the real evaluator on small edge
+shapes (verification included); the parent runs the child under each sanitizer tool and records
+its ERROR SUMMARY. Writes $OUT/sanitize_<family>.json (or --out).
+
+    python3 benchmarks/sanitize_h200.py --family mma_sm80 --tools memcheck --sample 6
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SHAPES = [(17, 24, 40), (129, 136, 264), (300, 1000, 520)]
+
+
+def sample_configs(family: str, n: int, seed: int) -> list[dict]:
+    """n random configs valid on every sample shape (defaults first)."""
+    from tunefw.device import H200
+    from tunefw.problem import GemmProblem
+    from tunefw.templates import get_family
+    tpl = get_family(family)
+    rng = random.Random(seed)
+    problems = [GemmProblem(*s) for s in SHAPES]
+    configs = [tpl.default_config()]
+    while len(configs) < n:
+        config = {p.name: rng.choice(p.values) for p in tpl.params}
+        if config not in configs and all(tpl.check(config, p, H200) is None for p in problems):
+            configs.append(config)
+    return configs
+
+
+def child(family: str, configs: list[dict]) -> None:
+    """Evaluate each config on each shape once (inside the sanitizer)."""
+    from tunefw.compiler import compile_kernel
+    from tunefw.evaluate.cuda import CudaEvaluator
+    from tunefw.evaluate.outcome import TrialSpec
+    from tunefw.templates import get_family
+    evaluator = CudaEvaluator()
+    arch = evaluator.device_spec().arch
+    tpl = get_family(family)
+    for i, config in enumerate(configs):
+        compiled = compile_kernel(tpl, config, "bf16", arch)
+        for M, N, K in SHAPES:
+            spec = TrialSpec(i, family, config, {"M": M, "N": N, "K": K, "dtype": "bf16",
+                                                 "layout": "TN"}, timeout_s=600)
+            outcome = evaluator.evaluate(spec, compiled)
+            print(f"RESULT {i} {M}x{N}x{K} {outcome.status.value} {outcome.log[:80]}", flush=True)
+
+
+def run_tool(tool: str, family: str, configs: list[dict], timeout: float) -> dict:
+    cmd = ["compute-sanitizer", f"--tool={tool}", "--print-limit=20", sys.executable, __file__,
+           "--child", "--family", family, "--configs", json.dumps(configs)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        text = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        text = (exc.stdout or b"").decode() + (exc.stderr or b"").decode() + "\nTIMEOUT"
+    summary = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+    results = re.findall(r"^RESULT (\d+) (\S+) (\S+)", text, re.MULTILINE)
+    return {"tool": tool, "errors": int(summary[-1]) if summary else None,
+            "runs": len(results), "statuses": sorted({r[2] for r in results}),
+            "clean": bool(summary) and int(summary[-1]) == 0 and len(results) > 0,
+            "tail": text[-1500:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", required=True)
+    ap.add_argument("--tools", default="memcheck")
+    ap.add_argument("--sample", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--configs")
+    args = ap.parse_args()
+    if args.child:
+        child(args.family, json.loads(args.configs))
+        return 0
+    configs = sample_configs(args.family, args.sample, args.seed)
+    tools = [run_tool(t, args.family, configs, args.timeout) for t in args.tools.split(",")]
+    result = {"script": "benchmarks/sanitize_h200.py", "date": datetime.date.today().isoformat(),
+              "family": args.family, "shapes": SHAPES, "configs": configs, "tools": tools}
+    out = args.out or Path(os.environ.get("OUT", ".")) / f"sanitize_{args.family}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for t in tools:
+        print(f"{args.family} {t['tool']}: errors={t['errors']} runs={t['runs']} "
+              f"statuses={t['statuses']} clean={t['clean']}")
+    return 0 if all(t["clean"] for t in tools) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -116,6 +116,13 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path):
                                   "AND status != 'INVALID'")
         assert len(evaluated) == 12
         assert len(set(evaluated)) == 12  # no config measured twice
+    for (key,) in _rows(db_url, "SELECT key FROM tunefw_problem"):  # Optuna saw each one once
+        durable = optuna.load_study(study_name=f"k/{key}/r0", storage=db_url)
+        assert len(durable.trials) == 12
+        numbers = _rows(db_url, "SELECT t.optuna_trial FROM tunefw_trial t JOIN tunefw_problem p "
+                                f"ON p.id = t.problem_id WHERE p.key = '{key}' AND "
+                                "t.status != 'INVALID' ORDER BY t.optuna_trial")
+        assert [n for (n,) in numbers] == list(range(12))
 
 
 def test_launch_through_a_ray_head_address(db_url, tmp_path):
@@ -232,3 +239,22 @@ def _count_ok(db_url):
         return _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status = 'OK'")[0][0]
     except sqlite3.OperationalError:  # tables not created yet
         return 0
+
+
+def test_export_refuses_mixed_devices_unless_allowed(db_url, tmp_path):
+    study = _study_file(tmp_path, name="m", trials=3, shapes=("256x256x256", "512x512x512"))
+    assert run_cli("study", "create", "m", "--from", str(study), db=db_url).returncode == 0
+    assert run_cli("launch", "m", "--gpus", "2", "--backend", "sim", db=db_url).returncode == 0
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))  # one winner measured elsewhere
+    con.execute("""UPDATE tunefw_trial SET fingerprint = json_set(fingerprint, '$.name', 'OTHER'),
+                   fingerprint_key = 'other' WHERE id = (SELECT trial_id FROM tunefw_winner
+                   ORDER BY problem_id LIMIT 1)""")
+    con.commit()
+    con.close()
+    out = tmp_path / "d.json"
+    refused = run_cli("export", str(out), "--study", "m", db=db_url)
+    assert refused.returncode != 0 and not out.exists()
+    assert "--allow-mixed-devices" in refused.stderr.strip().splitlines()[0]
+    allowed = run_cli("export", str(out), "--study", "m", "--allow-mixed-devices", db=db_url)
+    assert allowed.returncode == 0, allowed.stderr
+    assert len(json.loads(out.read_text())["fingerprint"]["mixed"]) == 2

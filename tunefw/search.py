@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import random
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -47,6 +49,20 @@ def _suggest(trial: optuna.Trial, family: KernelTemplate) -> dict:
         else:
             config[p.name] = trial.suggest_categorical(name, list(p.values))
     return config
+
+
+def _distributions_for(family: KernelTemplate, families: list[str]) -> dict:
+    """The distributions ``_suggest`` (and the family choice) use, by Optuna param name."""
+    dists: dict[str, optuna.distributions.BaseDistribution] = {}
+    if len(families) > 1:
+        dists["family"] = optuna.distributions.CategoricalDistribution(families)
+    for p in family.params:
+        name = f"{family.family}.{p.name}"
+        if _is_ordinal(p.values) and len(p.values) > 1:
+            dists[name] = optuna.distributions.IntDistribution(0, len(p.values) - 1)
+        else:
+            dists[name] = optuna.distributions.CategoricalDistribution(list(p.values))
+    return dists
 
 
 def _params_for(family: KernelTemplate, config: dict) -> dict:
@@ -106,8 +122,9 @@ class ProblemSearch:
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str, sampler: str,
                  seed: int, families: list[str], problem: GemmProblem,
-                 device: DeviceSpec) -> None:
+                 device: DeviceSpec, mirror: "DurableMirror | None" = None) -> None:
         self.families = families
+        self.mirror = mirror
         self.problem = problem
         self.device = device
         self.grid = sampler == "grid"
@@ -115,13 +132,15 @@ class ProblemSearch:
                                            direction="maximize", load_if_exists=True)
         self.study = optuna.create_study(direction="maximize",
                                          sampler=make_sampler(sampler, seed))
-        for trial in self.durable.get_trials(deepcopy=False,
-                                             states=(TrialState.COMPLETE, TrialState.FAIL)):
-            self.study.add_trial(_steering_copy(trial))
+        stored = self.durable.get_trials(deepcopy=False)
+        for trial in stored:
+            if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
+                self.study.add_trial(_steering_copy(trial))
+        self._next_number = len(stored)  # numbers the durable study will give our next writes
         self._rng = random.Random(seed)
         self._queue: list[tuple[str, dict]] | None = None  # enumerated configs still to try
         self.stall = 0
-        if not self.durable.trials and not self.grid:
+        if not stored and not self.grid:
             self._enqueue_seeds()
 
     def _enqueue_seeds(self) -> None:
@@ -178,6 +197,21 @@ class ProblemSearch:
             self.stall = 0
         return Proposal(trial, fam_name, config, key, reason)
 
+    def restore(self, recorded: list[tuple[int, str, dict, float | None]]) -> None:
+        """Write back durable trials a killed launch recorded as rows but never mirrored:
+        rows (optuna number, family, config, TFLOP/s or None) numbered past the durable study."""
+        for number, fam_name, config, tflops in sorted(r for r in recorded
+                                                       if r[0] >= self._next_number):
+            family = get_family(fam_name)
+            params = {"family": fam_name} if len(self.families) > 1 else {}
+            params.update(_params_for(family, config))
+            trial = optuna.trial.create_trial(
+                params=params, distributions=_distributions_for(family, self.families),
+                value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
+            self.durable._storage.create_new_trial(self.durable._study_id, template_trial=trial)
+            self.study.add_trial(_steering_copy(trial))
+            self._next_number += 1
+
     def tell(self, trial: optuna.trial.Trial, tflops: float | None, record: bool = False) -> int | None:
         """Close a trial with its TFLOP/s, or None for no result (invalid, wrong, crashed...).
 
@@ -191,9 +225,36 @@ class ProblemSearch:
         durable = optuna.trial.create_trial(
             params=frozen.params, distributions=frozen.distributions,
             value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
-        storage = self.durable._storage
-        trial_id = storage.create_new_trial(self.durable._study_id, template_trial=durable)
-        return storage.get_trial_number_from_id(trial_id)
+        number = self._next_number
+        self._next_number += 1
+        if self.mirror is None:
+            self.durable._storage.create_new_trial(self.durable._study_id, template_trial=durable)
+        else:
+            self.mirror.put(self.durable, durable)
+        return number
+
+
+class DurableMirror:
+    """Writes finished trials into their durable Optuna studies on one background thread, in
+    order, so the driver does not wait on those commits; close() waits for the last one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="tunefw-optuna-mirror",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self._queue.put((study, trial))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            study, trial = item
+            study._storage.create_new_trial(study._study_id, template_trial=trial)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
 
 
 def _steering_copy(trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:

@@ -13,7 +13,7 @@ from tunefw.cluster import Job, WorkerPool, connect
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
-from tunefw.search import ProblemSearch
+from tunefw.search import DurableMirror, ProblemSearch
 from tunefw.store import Store
 from tunefw.store.session import sqlite_pragmas
 from tunefw.store import queries as q
@@ -114,6 +114,7 @@ class Sweep:
             self.spec = StudySpec.from_dict(study.spec)
         self.pool: WorkerPool | None = None
         self.compiler = None
+        self.mirror: DurableMirror | None = None
         self.states: dict[int, ProblemState] = {}
         self.pending: list[Job] = []  # ready to run on a worker
         self.compiling: list[tuple[Any, Job]] = []
@@ -142,16 +143,21 @@ class Sweep:
             study = s.get(Study, self.study_id)
             problems = list(study.problems)
             names = {p.id: optuna_study_name(study, p) for p in problems}
+        self.mirror = DurableMirror()
         for prow in problems:
             search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
                                    self.spec.seed + prow.id, self.families, q.as_problem(prow),
-                                   self.device)
+                                   self.device, self.mirror)
             self.states[prow.id] = ProblemState(prow, search, self.spec.trials)
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
             for prow in problems:
                 state = self.states[prow.id]
-                for t in q.problem_trials(s, study, prow):
+                rows = q.problem_trials(s, study, prow)
+                state.search.restore([(t.optuna_trial, t.family, t.config,
+                                       t.tflops if t.status == Status.OK.value else None)
+                                      for t in rows if t.optuna_trial is not None])
+                for t in rows:
                     state.known.add(t.config_key)
                     if t.status != Status.INVALID.value:
                         state.evaluated += 1
@@ -344,6 +350,8 @@ class Sweep:
         self.pending, self.compiling = [], []
 
     def _close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.close()
         if self.compiler is not None:
             self.compiler.close()
         if self.pool is not None:

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -125,8 +126,14 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path):
         assert [n for (n,) in numbers] == list(range(12))
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_launch_through_a_ray_head_address(db_url, tmp_path):
-    port = 6391
+    port = _free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local head, no token
     started = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-gpus=2",
                               "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],

@@ -9,7 +9,7 @@ import random
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Container, Iterator
 
 import optuna
 from optuna.trial import TrialState
@@ -153,7 +153,7 @@ class ProblemSearch:
                     params.update(_params_for(family, config))
                     self.study.enqueue_trial(params, skip_if_exists=True)
 
-    def _enqueue_next(self, known: set[str]) -> bool:
+    def _enqueue_next(self, known: Container[str]) -> bool:
         """Enumerated mode: enqueue the next config not yet known; False when none is left."""
         if self._queue is None:
             self._queue = list(enumerate_valid(self.families, self.problem, self.device))
@@ -168,18 +168,7 @@ class ProblemSearch:
                 return True
         return False
 
-    def exhausted(self, known: set[str]) -> bool:
-        """True when every valid config of the problem is known (measured or in flight)."""
-        if self._queue is None and not self.grid:
-            return False
-        return not self._queue_has_new(known)
-
-    def _queue_has_new(self, known: set[str]) -> bool:
-        if self._queue is None:
-            self._queue = list(enumerate_valid(self.families, self.problem, self.device))
-        return any(config_key(f, c) not in known for f, c in self._queue)
-
-    def ask(self, known: set[str]) -> Proposal | None:
+    def ask(self, known: Container[str]) -> Proposal | None:
         """One proposal; None when the valid space holds nothing that is not already known."""
         if self.grid or self.stall >= STALL_LIMIT:
             if not self._enqueue_next(known):

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import optuna
 
+from tunefw.asker import Asker, AskState
 from tunefw.cluster import Job, WorkerPool, connect
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
@@ -23,26 +24,16 @@ from tunefw.templates import FAMILIES, get_family
 
 
 @dataclass
-class ProblemState:
-    """Driver bookkeeping of one problem during a launch."""
+class ProblemState(AskState):
+    """Driver bookkeeping of one problem during a launch (on top of what the asker shares)."""
 
-    row: Problem
-    search: ProblemSearch
-    budget: int
-    evaluated: int = 0
-    known: set = field(default_factory=set)  # config keys measured, rejected or in flight
-    values: dict = field(default_factory=dict)  # config key -> TFLOP/s of its OK result
-    in_flight: int = 0
+    row: Problem | None = None
     best: float = 0.0
-    exhausted: bool = False
-
-    @property
-    def asking(self) -> bool:
-        return not self.exhausted and self.evaluated + self.in_flight < self.budget
 
     @property
     def done(self) -> bool:
-        return self.in_flight == 0 and (self.exhausted or self.evaluated >= self.budget)
+        return (self.in_flight == 0 and not self.ready
+                and (self.exhausted or self.evaluated >= self.budget))
 
 
 @dataclass
@@ -115,6 +106,7 @@ class Sweep:
         self.pool: WorkerPool | None = None
         self.compiler = None
         self.mirror: DurableMirror | None = None
+        self.asker: Asker | None = None
         self.states: dict[int, ProblemState] = {}
         self.pending: list[Job] = []  # ready to run on a worker
         self.compiling: list[tuple[Any, Job]] = []
@@ -148,7 +140,7 @@ class Sweep:
             search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
                                    self.spec.seed + prow.id, self.families, q.as_problem(prow),
                                    self.device, self.mirror)
-            self.states[prow.id] = ProblemState(prow, search, self.spec.trials)
+            self.states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
             for prow in problems:
@@ -164,6 +156,8 @@ class Sweep:
                     if t.status == Status.OK.value:
                         state.best = max(state.best, t.tflops or 0.0)
                         state.values[t.config_key] = t.tflops
+        self.asker = Asker(self.states.values(), ahead=2 * self.options.gpus + 2)
+        self.asker.start()
         self.progress("start", {"study": self.study_name, "backend": self.options.backend,
                                 "device": self.fingerprint.get("name"),
                                 "workers": [i["gpu"] for i in self.pool.infos],
@@ -179,33 +173,28 @@ class Sweep:
                          problem=q.as_problem(st.row).as_dict(), timeout_s=self.spec.timeout_s,
                          seed=self.spec.seed * 1_000_003 + st.row.id)
 
-    def _ask_one(self, st: ProblemState) -> None:
-        """Ask until one config goes to evaluation (or the problem has nothing new)."""
-        while st.asking:
-            prop = st.search.ask(st.known)
-            if prop is None:
-                st.exhausted = True
-                return
-            trial_no = prop.trial.number
-            if prop.invalid_reason is not None:
-                st.search.tell(prop.trial, None)
-                if prop.key not in st.known:  # record each rejected config once
-                    st.known.add(prop.key)
-                    self._record(st, prop.family, prop.config, prop.key,
-                                 Outcome(Status.INVALID, log=prop.invalid_reason,
-                                         evaluator=self.options.backend), None)
-                continue
-            if prop.key in st.known:  # a repeat within this round: answer from the row
-                st.search.tell(prop.trial, st.values.get(prop.key))
-                continue
-            st.known.add(prop.key)
-            if self._reuse(st, prop):
-                continue
-            spec = self._spec(st, trial_no, prop.family, prop.config)
-            job = Job(spec, context=(st.row.id, prop.trial, prop.key))
+    def _take(self, st: ProblemState) -> None:
+        """Send a ready proposal to evaluation (or answer it from a stored measurement)."""
+        with st.lock:  # claimed in one step: the asker sees the same room before and after
             st.in_flight += 1
-            self._compile_or_queue(job)
+            prop = st.ready.popleft()
+        st.known.add(prop.key)
+        st.reserved.discard(prop.key)
+        if self._reuse(st, prop):
+            with st.lock:
+                st.in_flight -= 1
             return
+        spec = self._spec(st, prop.trial.number, prop.family, prop.config)
+        self._compile_or_queue(Job(spec, context=(st.row.id, prop.trial, prop.key)))
+
+    def _record_rejected(self) -> None:
+        """Record (once each) the configs check() rejected while the asker was asking."""
+        for st, prop in self.asker.drain_rejected():
+            st.known.add(prop.key)
+            st.reserved.discard(prop.key)
+            self._record(st, prop.family, prop.config, prop.key,
+                         Outcome(Status.INVALID, log=prop.invalid_reason,
+                                 evaluator=self.options.backend), None)
 
     def _reuse(self, st: ProblemState, prop) -> bool:
         """Answer from a stored measurement of the same config, sources, evaluator and device."""
@@ -264,7 +253,8 @@ class Sweep:
                 trial, attempts: int = 1, reused: int | None = None) -> None:
         number = st.search.tell(trial, outcome.tflops if outcome.ok else None, record=True)
         row_id = self._record(st, family, config, key, outcome, number, attempts, reused)
-        st.evaluated += 1
+        with st.lock:
+            st.evaluated += 1
         if outcome.ok:
             st.best = max(st.best, outcome.tflops or 0.0)
             st.values[key] = outcome.tflops
@@ -275,22 +265,24 @@ class Sweep:
     def _job_done(self, job: Job, outcome: Outcome) -> None:
         problem_id, trial, key = job.context
         st = self.states[problem_id]
-        st.in_flight -= 1
         if job.compiled is not None and outcome.compile_s is None:
             outcome.compile_s = getattr(job.compiled, "seconds", None)
         self._finish(st, job.spec.family, job.spec.config, key, outcome, trial, job.attempt)
+        with st.lock:  # after the count went up: the asker never sees a free slot early
+            st.in_flight -= 1
 
     # ---- the loop -----------------------------------------------------------------------------
     def _fill(self) -> None:
         """Keep enough work compiled or queued that no worker waits."""
+        self.asker.check()
+        self._record_rejected()
         # Every worker's queue full, plus one compile per compiler process in flight.
         target = 2 * len(self.pool.slots) + (self.compiler.workers if self.compiler else 0)
         while len(self.pending) + len(self.compiling) < target:
-            asking = [st for st in self.states.values() if st.asking]
-            if not asking:
+            ready = [st for st in self.states.values() if st.ready]
+            if not ready:
                 return
-            st = min(asking, key=lambda x: (x.evaluated + x.in_flight, x.row.id))
-            self._ask_one(st)
+            self._take(min(ready, key=lambda x: (x.evaluated + x.in_flight, x.row.id)))
 
     def _dispatch(self) -> None:
         for slot in self.pool.free_slots():
@@ -310,6 +302,7 @@ class Sweep:
             while not all(st.done for st in self.states.values()):
                 if limit is not None and not stopped and time.monotonic() - start > limit:
                     stopped = True
+                    self.asker.stop()
                     self._drop_queued()
                 if stopped and not self.pool.in_flight:
                     break
@@ -318,7 +311,7 @@ class Sweep:
                     if self.compiler is not None:
                         self._collect_compiles()
                     self._dispatch()
-                done, retry = self.pool.poll(0.05)
+                done, retry = self.pool.poll(0.01)
                 if stopped:  # a worker died under these: they would run again, but no more
                     for job in retry:
                         self._drop(job)
@@ -326,10 +319,14 @@ class Sweep:
                     self.pending[:0] = retry
                 for job, outcome in done:
                     self._job_done(job, outcome)
+                if done:
+                    self.asker.wake()
                 if self.pool.events:
                     self.progress("events", {"events": self.pool.events[:]})
                     self.pool.events.clear()
             stats = self._stats(time.monotonic() - start, stopped)
+            self.asker.stop()
+            self._record_rejected()
             if not stopped:
                 self._confirm()
             self.progress("end", stats)
@@ -341,15 +338,21 @@ class Sweep:
         """Forget a trial that never ran (time limit): no row, its config may be asked again."""
         problem_id, trial, key = job.context
         st = self.states[problem_id]
-        st.in_flight -= 1
+        with st.lock:
+            st.in_flight -= 1
         st.known.discard(key)
 
     def _drop_queued(self) -> None:
         for job in self.pending + [job for _, job in self.compiling]:
             self._drop(job)
         self.pending, self.compiling = [], []
+        for st in self.states.values():  # proposals never taken: asked again next launch
+            while st.ready:
+                st.reserved.discard(st.ready.popleft().key)
 
     def _close(self) -> None:
+        if self.asker is not None:
+            self.asker.stop()
         if self.mirror is not None:
             self.mirror.close()
         if self.compiler is not None:

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,21 +46,7 @@ SCRIPT = "benchmarks/mma_sm80_gpu_check.py"
 TOTAL_BUDGET_S = 330.0  # whole script, < 6 min
 
 
-def import_family():
-    """MmaSm80, even while a sibling family's module is missing from the tree."""
-    try:
-        from tunefw.templates.mma_sm80 import MmaSm80
-    except ModuleNotFoundError as exc:
-        if "wgmma_sm90" not in str(exc):
-            raise
-        stub = types.ModuleType("tunefw.templates.wgmma_sm90")
-        stub.WgmmaSm90 = type("WgmmaSm90", (), {"family": "wgmma_sm90"})
-        sys.modules[stub.__name__] = stub
-        from tunefw.templates.mma_sm80 import MmaSm80
-    return MmaSm80
-
-
-MmaSm80 = import_family()
+from tunefw.templates.mma_sm80 import MmaSm80  # noqa: E402
 from tunefw.device import DeviceSpec  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 

@@ -11,8 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import types
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,21 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "kernel_templates"
 
 
-def _import_family():
-    """MmaSm80, even while a sibling family's module is still missing from the tree."""
-    try:
-        from tunefw.templates.mma_sm80 import MmaSm80
-    except ModuleNotFoundError as exc:  # pragma: no cover - only while wgmma_sm90 is unwritten
-        if "wgmma_sm90" not in str(exc):
-            raise
-        stub = types.ModuleType("tunefw.templates.wgmma_sm90")
-        stub.WgmmaSm90 = type("WgmmaSm90", (), {"family": "wgmma_sm90"})
-        sys.modules[stub.__name__] = stub
-        from tunefw.templates.mma_sm80 import MmaSm80
-    return MmaSm80
-
-
-MmaSm80 = _import_family()
+from tunefw.templates.mma_sm80 import MmaSm80  # noqa: E402
 
 from tunefw.device import A100, H200, DeviceSpec  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402

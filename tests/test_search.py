@@ -6,7 +6,6 @@ from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.search import ProblemSearch, config_key, enumerate_valid
 from tunefw.templates import FAMILIES
-from tunefw.templates.base import Param
 
 
 def _search(families, sampler="random", problem=GemmProblem(4096, 4096, 4096)):

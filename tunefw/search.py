@@ -201,26 +201,29 @@ class ProblemSearch:
             self.study.add_trial(_steering_copy(trial))
             self._next_number += 1
 
-    def tell(self, trial: optuna.trial.Trial, tflops: float | None, record: bool = False) -> int | None:
+    def tell(self, trial: optuna.trial.Trial, tflops: float | None) -> optuna.trial.FrozenTrial:
         """Close a trial with its TFLOP/s, or None for no result (invalid, wrong, crashed...).
-
         The sampler sees a failure as 0 TFLOP/s, so it learns to avoid impossible regions
-        (failed trials are invisible to TPE); the durable copy, written with ``record``, keeps
-        it FAILED. Returns the trial's number in the durable study when recorded.
-        """
-        frozen = self.study.tell(trial, tflops if tflops is not None else 0.0)
-        if not record:
-            return None
+        (failed trials are invisible to TPE)."""
+        return self.study.tell(trial, tflops if tflops is not None else 0.0)
+
+    @property
+    def next_number(self) -> int:
+        """The number the durable study gives the next trial ``record`` writes."""
+        return self._next_number
+
+    def record(self, told: optuna.trial.FrozenTrial, tflops: float | None) -> None:
+        """Write a told trial to the durable study (FAILED when it has no result). Call it after
+        the tunefw row is committed: a kill in between leaves a row without a durable copy,
+        which restore() repairs, never a durable trial without its row."""
         durable = optuna.trial.create_trial(
-            params=frozen.params, distributions=frozen.distributions,
+            params=told.params, distributions=told.distributions,
             value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
-        number = self._next_number
         self._next_number += 1
         if self.mirror is None:
             self.durable._storage.create_new_trial(self.durable._study_id, template_trial=durable)
         else:
             self.mirror.put(self.durable, durable)
-        return number
 
 
 class DurableMirror:

@@ -4,7 +4,7 @@ then confirms each problem's top configs against cuBLAS and stores the winner.""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import optuna
@@ -251,8 +251,11 @@ class Sweep:
 
     def _finish(self, st: ProblemState, family: str, config: dict, key: str, outcome: Outcome,
                 trial, attempts: int = 1, reused: int | None = None) -> None:
-        number = st.search.tell(trial, outcome.tflops if outcome.ok else None, record=True)
-        row_id = self._record(st, family, config, key, outcome, number, attempts, reused)
+        value = outcome.tflops if outcome.ok else None
+        told = st.search.tell(trial, value)
+        row_id = self._record(st, family, config, key, outcome, st.search.next_number, attempts,
+                              reused)
+        st.search.record(told, value)
         with st.lock:
             st.evaluated += 1
         if outcome.ok:

@@ -87,14 +87,12 @@ def nvrtc_compile(name_expr: str, arch: str, extra_source: str = "") -> Compiled
 
 
 def compile_config(config: dict, dtype: str = "bf16", arch: str = "sm_90") -> Compiled:
-    """tunefw.compiler.compile_kernel where it exists, else the local NVRTC helper."""
-    try:
-        from tunefw.compiler import compile_kernel  # the lead's module, once it exists
-    except ImportError:
-        return nvrtc_compile(T.name_expression(config, dtype), arch)
-    r = compile_kernel(T, config, dtype, arch)
-    if r.ok and (r.regs is None or r.spill_bytes is None):  # no resource report: ask ptxas here
-        return nvrtc_compile(T.name_expression(config, dtype), arch)
+    """One config through tunefw's compiler (cached)."""
+    from tunefw.compiler import compile_kernel
+    return _compiled(compile_kernel(T, config, dtype, arch))
+
+
+def _compiled(r) -> Compiled:
     return Compiled(r.ok, r.cubin or b"", r.lowered_name or "", r.log or "", r.regs, r.smem,
                     r.spill_bytes)
 
@@ -104,9 +102,7 @@ def compile_many(jobs):
     from tunefw.compiler import CompilePool
     with CompilePool(WORKERS) as pool:
         futures = [pool.submit(T, config, dtype, arch) for config, dtype, arch in jobs]
-        results = [f.result() for f in futures]
-    return [Compiled(r.ok, r.cubin or b"", r.lowered_name or "", r.log or "", r.regs, r.smem,
-                     r.spill_bytes) for r in results]
+        return [_compiled(f.result()) for f in futures]
 
 
 # ---- configs ----------------------------------------------------------------------------------

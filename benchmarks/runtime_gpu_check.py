@@ -29,7 +29,8 @@ import torch  # noqa: E402
 
 import tunefw  # noqa: E402
 from tunefw import ops  # noqa: E402
-from tunefw.bench import overhead_us, run_bench, verify_raw  # noqa: E402
+from tunefw.bench import host_us, overhead_us, run_bench, verify_raw  # noqa: E402
+from tunefw.runtime import _current_stream  # noqa: E402
 from tunefw.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
 from tunefw.errors import UserError  # noqa: E402
 from tunefw.evaluate import method  # noqa: E402
@@ -126,6 +127,31 @@ def check_shape(dispatcher, compiled, M: int, N: int, K: int, kind: str, seed: i
             "overhead_us": overhead_us(dispatcher, a, b)}
 
 
+def overhead_breakdown(dispatcher, M: int, N: int, K: int) -> dict:
+    """Host microseconds of each step of Dispatcher.gemm's hot path (least of 15 bursts), so an
+    overhead over budget says where it goes."""
+    a, b = method.make_inputs(M, N, K, "bf16", 5, device="cuda")
+    plan = dispatcher.plan_for(a, b)
+    c = a.new_empty(plan.out_shape)
+    params, stream = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), _current_stream(0)
+    key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+    steps = {
+        "key": lambda: (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device()),
+        "plan_lookup": lambda: dispatcher._plans.get(key, False),
+        "operand_checks": lambda: ((a.data_ptr() | b.data_ptr()) % 16, a.is_contiguous(),
+                                   b.is_contiguous()),
+        "alloc_c": lambda: a.new_empty(plan.out_shape),
+        "args_lookup": lambda: plan._args.get((a.data_ptr(), b.data_ptr(), c.data_ptr())),
+        "current_stream": lambda: _current_stream(0),
+        "raw_launch": lambda: plan.launch(params, stream),
+        "gemm": lambda: dispatcher.gemm(a, b),
+        "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),
+    }
+    result = {name: min(host_us(fn) for _ in range(15)) for name, fn in steps.items()}
+    torch.cuda.synchronize()
+    return {"shape": [M, N, K], "us": result}
+
+
 def check_threads(dispatcher) -> dict:
     """Four threads make first use of four new shapes at once (plan build under the lock)."""
     shapes = [(1200 + 8 * i, 4096, 4096) for i in range(4)]
@@ -178,6 +204,8 @@ def main() -> None:
         "max_overhead_us_kernel_paths": max((r["overhead_us"] for r in rows if r["path"] != "cublas"),
                                             default=None),
         "paths": {p: sum(r["path"] == p for r in rows) for p in ("exact", "nearest", "cublas")},
+        "overhead_breakdown": next((overhead_breakdown(dispatcher, r["M"], r["N"], r["K"]) for r in rows
+                                    if r["path"] != "cublas" and r["dtype"] == "bf16"), None),
     }
     out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +221,7 @@ def main() -> None:
         except UserError as exc:  # matplotlib missing: the JSON is the result
             print(f"no HTML: {exc}")
     print(json.dumps({k: result[k] for k in ("all_correct", "max_overhead_us_kernel_paths", "paths",
-                                             "threads", "linear", "wall_s")}, indent=1, default=str))
+                                             "threads", "linear", "overhead_breakdown", "wall_s")}, indent=1, default=str))
 
 
 def device_info() -> dict:

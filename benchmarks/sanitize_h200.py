@@ -1,8 +1,8 @@
 """Run a sample of a family's configs under compute-sanitizer (memcheck, racecheck) on the GPU.
 
-The child process compiles each config and runs it through the real evaluator on small edge
-shapes (verification included); the parent runs the child under each sanitizer tool and records
-its ERROR SUMMARY. Writes $OUT/sanitize_<family>.json (or --out).
+The child process compiles each config and runs it through the runtime's launch path on small
+edge shapes, verifying each output; the parent runs the child under each sanitizer tool and
+records its ERROR SUMMARY and the children's verdicts. Writes $OUT/sanitize_<family>.json (or --out).
 
     python3 benchmarks/sanitize_h200.py --family mma_sm80 --tools memcheck --sample 6
 """
@@ -38,28 +38,44 @@ def sample_configs(family: str, n: int, seed: int) -> list[dict]:
 
 
 def child(family: str, configs: list[dict]) -> None:
-    """Evaluate each config on each shape once (inside the sanitizer)."""
-    from tunefw.compiler import compile_kernel
-    from tunefw.evaluate.cuda import CudaEvaluator
-    from tunefw.evaluate.outcome import TrialSpec
-    from tunefw.templates import get_family
-    evaluator = CudaEvaluator()
-    arch = evaluator.device_spec().arch
-    tpl = get_family(family)
+    """Run each config twice on each shape through the runtime (the kernel's own launch path,
+    no timing loops: under racecheck every launch is slow) and verify the second output, which
+    was NaN-poisoned first: the first run must also leave split-K state ready for the next."""
+    import torch
+
+    from tunefw.dispatch import DispatchEntry, DispatchTable
+    from tunefw.evaluate import method
+    from tunefw.runtime import Dispatcher
+
+    major, minor = torch.cuda.get_device_capability(0)
+    fingerprint = {"name": torch.cuda.get_device_name(0), "cc": major * 10 + minor}
     for i, config in enumerate(configs):
-        compiled = compile_kernel(tpl, config, "bf16", arch)
+        entries = [DispatchEntry(M, N, K, "bf16", "TN", family, config, 0.0, None, 0)
+                   for M, N, K in SHAPES]
+        dispatcher = Dispatcher(DispatchTable(False, fingerprint, entries))
         for M, N, K in SHAPES:
-            spec = TrialSpec(i, family, config, {"M": M, "N": N, "K": K, "dtype": "bf16",
-                                                 "layout": "TN"}, timeout_s=600)
-            outcome = evaluator.evaluate(spec, compiled)
-            print(f"RESULT {i} {M}x{N}x{K} {outcome.status.value} {outcome.log[:80]}", flush=True)
+            a, b = method.make_inputs(M, N, K, "bf16", i, device="cuda")
+            plan = dispatcher.plan_for(a, b)
+            if plan is None:
+                print(f"RESULT {i} {M}x{N}x{K} NOT_BUILT {dispatcher.explain(M, N, K)}", flush=True)
+                continue
+            plan(a, b)
+            out = torch.full((M, N), float("nan"), dtype=a.dtype, device="cuda")
+            plan.launch(plan.args(a.data_ptr(), b.data_ptr(), out.data_ptr()),
+                        torch.cuda.current_stream().cuda_stream)
+            torch.cuda.synchronize()
+            verdict = method.verify(out, method.reference(a, b), "bf16", baseline=torch.mm(a, b.t()))
+            status = "OK" if verdict.ok else "WRONG_ANSWER"
+            print(f"RESULT {i} {M}x{N}x{K} {status} {verdict.reason[:80]}", flush=True)
 
 
 def run_tool(tool: str, family: str, configs: list[dict], timeout: float) -> dict:
     cmd = ["compute-sanitizer", f"--tool={tool}", "--print-limit=20", sys.executable, __file__,
            "--child", "--family", family, "--configs", json.dumps(configs)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # One cudaMalloc per tensor, so memcheck sees each buffer's true bounds.
+        env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         text = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         text = (exc.stdout or b"").decode() + (exc.stderr or b"").decode() + "\nTIMEOUT"
@@ -67,6 +83,7 @@ def run_tool(tool: str, family: str, configs: list[dict], timeout: float) -> dic
     results = re.findall(r"^RESULT (\d+) (\S+) (\S+)", text, re.MULTILINE)
     return {"tool": tool, "errors": int(summary[-1]) if summary else None,
             "runs": len(results), "statuses": sorted({r[2] for r in results}),
+            "all_ok": bool(results) and all(r[2] == "OK" for r in results),
             "clean": bool(summary) and int(summary[-1]) == 0 and len(results) > 0,
             "tail": text[-1500:]}
 
@@ -94,7 +111,7 @@ def main() -> int:
     for t in tools:
         print(f"{args.family} {t['tool']}: errors={t['errors']} runs={t['runs']} "
               f"statuses={t['statuses']} clean={t['clean']}")
-    return 0 if all(t["clean"] for t in tools) else 1
+    return 0 if all(t["clean"] and t["all_ok"] for t in tools) else 1
 
 
 if __name__ == "__main__":

@@ -458,12 +458,16 @@ __global__ void __launch_bounds__(384, 1)
         const float* parts =
             workspace + cnt_region + (size_t)tile_id * SPLIT_K * tile_floats + wg_off + t * 4;
         float* mine = const_cast<float*>(parts) + (size_t)split * tile_floats;
+        // A warp's 16 rows of block mi: partials of rows past M are neither written nor read
+        // (at M = 16 that is 3/4 of a 64-row tile's reduction traffic).
+        auto rows_live = [&](int mi) { return tile_row + mi * 64 + (t / 32) * 16 < M; };
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
+          if (rows_live(mi))
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-            st_global_f4(mine + (size_t)(mi * (BN / 8) + j) * 512, acc[mi][4 * j],
-                         acc[mi][4 * j + 1], acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+            for (int j = 0; j < BN / 8; ++j)
+              st_global_f4(mine + (size_t)(mi * (BN / 8) + j) * 512, acc[mi][4 * j],
+                           acc[mi][4 * j + 1], acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
         __threadfence();
         const int bar_id = SCHEDULE == 0 ? 1 : 2 + cw;
         const int bar_n = SCHEDULE == 0 ? 256 : 128;
@@ -483,14 +487,16 @@ __global__ void __launch_bounds__(384, 1)
         auto reduce = [&](int mi, int j, u32& lo, u32& hi) {
           const float* p = parts + (size_t)(mi * (BN / 8) + j) * 512;
           float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+          if (rows_live(mi)) {
 #pragma unroll
-          for (int sp = 0; sp < SPLIT_K; ++sp) {
-            float a0, a1, a2, a3;
-            ld_global_cg_f4(p + (size_t)sp * tile_floats, a0, a1, a2, a3);
-            v0 += a0;
-            v1 += a1;
-            v2 += a2;
-            v3 += a3;
+            for (int sp = 0; sp < SPLIT_K; ++sp) {
+              float a0, a1, a2, a3;
+              ld_global_cg_f4(p + (size_t)sp * tile_floats, a0, a1, a2, a3);
+              v0 += a0;
+              v1 += a1;
+              v2 += a2;
+              v3 += a3;
+            }
           }
           lo = pack2<DTYPE>(v0, v1);
           hi = pack2<DTYPE>(v2, v3);

@@ -10,6 +10,7 @@ prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated outp
 from __future__ import annotations
 
 import datetime
+import gc
 import math
 import statistics
 import time
@@ -24,8 +25,8 @@ from tunefw.problem import GemmProblem
 from tunefw.runtime import Dispatcher, _current_stream
 
 AGAINST = ("cublas", "triton")
-HOST_CALLS = 100  # calls per host-time sample
-HOST_SAMPLES = 5
+HOST_CALLS = 50  # calls per host-time burst
+HOST_SAMPLES = 15  # bursts of each path, alternating
 
 
 def triton_matmul() -> Callable | None:
@@ -37,17 +38,29 @@ def triton_matmul() -> Callable | None:
     return matmul
 
 
-def host_us(call: Callable[[], object], calls: int = HOST_CALLS, samples: int = HOST_SAMPLES) -> float:
-    """Host microseconds per call (the least of ``samples`` means; the GPU is drained first)."""
-    best = math.inf
-    for _ in range(samples):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+def host_us(call: Callable[[], object], calls: int = HOST_CALLS) -> float:
+    """Host microseconds per call over one burst of ``calls`` (the GPU is drained first)."""
     torch.cuda.synchronize()
-    return best
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def host_overhead_us(call: Callable[[], object], raw: Callable[[], object],
+                     samples: int = HOST_SAMPLES) -> float:
+    """Least host time per ``call`` minus least per ``raw``, bursts alternating so clock or load
+    drift hits both alike; the garbage collector is paused so it lands in neither."""
+    host_us(call, calls=10)  # warm
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        pairs = [(host_us(raw), host_us(call)) for _ in range(samples)]
+    finally:
+        if was_enabled:
+            gc.enable()
+        torch.cuda.synchronize()
+    return min(c for _, c in pairs) - min(r for r, _ in pairs)
 
 
 def _tflops(problem: GemmProblem, ms: float) -> float:
@@ -86,9 +99,7 @@ def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor) -> flo
         params = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
         stream = _current_stream(a.device.index)
         raw = lambda: plan.launch(params, stream)  # noqa: E731
-    call = lambda: dispatcher.gemm(a, b)  # noqa: E731
-    host_us(call, calls=10, samples=1)  # warm
-    return host_us(call) - host_us(raw)
+    return host_overhead_us(lambda: dispatcher.gemm(a, b), raw)
 
 
 def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: method.L2Flush,

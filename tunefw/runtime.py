@@ -10,11 +10,11 @@ on another GPU model or compute capability, a SIMULATED table, a kernel that can
 
 Hot path: per (shape, dtype, device) the chosen plan is cached; per plan the kernel argument
 buffer (cuLaunchKernel's ``void**``) is cached per (a, b, c) address triple, so a call costs
-the output allocation (torch's caching allocator), a few dict lookups and the launch. The split-K
-workspace is allocated and zeroed once per plan (the kernels reset their own counters), so after
-the first call of a shape a call allocates only C and never synchronizes: it can be captured in a
-CUDA graph. One plan's workspace is shared: do not run the same split-K shape concurrently on
-two streams.
+the output allocation (torch's caching allocator), the operands' alignment and contiguity
+checks, a few dict lookups and the launch. The split-K workspace is allocated and zeroed once
+per plan (the kernels reset their own counters), so after the first call of a shape a call
+allocates only C and never synchronizes: it can be captured in a CUDA graph. One plan's
+workspace is shared: do not run the same split-K shape concurrently on two streams.
 
 Shipped cubins (``cubin_dir``), as written by :func:`ship_cubins`::
 
@@ -192,9 +192,17 @@ class _Plan:
             raise CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
                                              f"{self.problem.key()}")
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+        """C for operands of this plan's shape, or None when the kernel cannot read them
+        (misaligned or not contiguous): the caller then uses torch.matmul."""
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
+            return None
         c = a.new_empty(self.out_shape)
-        self.launch(self.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), _current_stream(self.index))
+        c_ptr = c.data_ptr()
+        packed = self._args.get((a_ptr, b_ptr, c_ptr))
+        params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)
+        self.launch(params, _current_stream(self.index))
         return c
 
 
@@ -254,13 +262,13 @@ class Dispatcher:
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """C = a @ b.T by the tuned kernel for the shape, else torch.matmul(a, b.t())."""
-        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device())
+        # The key holds both devices, so a plan exists only for operands on one device.
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
         plan = self._plans.get(key, False)
         if plan is False:
             plan = self._resolve(key, a, b)
-        if plan is None or not _servable(a, b):
-            return torch.matmul(a, b.t())
-        return plan(a, b)
+        c = plan(a, b) if plan is not None else None
+        return torch.matmul(a, b.t()) if c is None else c
 
     def route_for(self, a: torch.Tensor, b: torch.Tensor) -> Route:
         """The route gemm(a, b) takes for these very tensors (layout and placement included)."""
@@ -275,7 +283,7 @@ class Dispatcher:
 
     def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> _Plan | None:
         """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
-        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device())
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
         plan = self._plans.get(key, False)
         return self._resolve(key, a, b) if plan is False else plan
 
@@ -287,7 +295,7 @@ class Dispatcher:
                 return self._plans[key]
             plan = None
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
-                    and a.dtype == b.dtype:
+                    and a.dtype == b.dtype and a.get_device() == b.get_device():
                 route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
                 if route.entry is not None:
                     plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())

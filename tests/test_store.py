@@ -26,6 +26,15 @@ def test_fresh_database_is_created_at_head_in_wal_mode(db_url):
             "tunefw_meta", "tunefw_alembic_version"} <= tables
 
 
+def test_a_plain_file_path_opens_that_sqlite_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with open_store("sweeps.db").session() as s:
+        q.create_study(s, _spec("by-path"))
+    assert (tmp_path / "sweeps.db").exists()
+    with open_store(f"sqlite:///{tmp_path / 'sweeps.db'}").session() as s:
+        assert q.get_study(s, "by-path").name == "by-path"
+
+
 def test_study_roundtrip_and_duplicate_name(db_url):
     store = open_store(db_url)
     with store.session() as s:

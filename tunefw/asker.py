@@ -56,6 +56,7 @@ class Asker:
         self.ahead = ahead
         self.rejected: queue.SimpleQueue[tuple[AskState, Proposal]] = queue.SimpleQueue()
         self._wake = threading.Event()
+        self.produced = threading.Event()  # set when a proposal became ready
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tunefw-asker", daemon=True)
         self.error: BaseException | None = None
@@ -113,6 +114,7 @@ class Asker:
                 return
             st.reserved.add(prop.key)
             st.ready.append(prop)
+        self.produced.set()
 
     def drain_rejected(self) -> list[tuple[AskState, Proposal]]:
         out = []

@@ -39,7 +39,8 @@ out = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state: dict = {"db": None}
 
-DB_HELP = "Database URL (any SQLAlchemy URL); default $TUNEFW_DB or sqlite:///tunefw.db."
+DB_HELP = ("Database: a SQLAlchemy URL or a SQLite file path; default $TUNEFW_DB or "
+           "sqlite:///tunefw.db.")
 
 
 @app.callback()

@@ -22,6 +22,8 @@ from tunefw.store.models import Problem, Study
 from tunefw.study import StudySpec
 from tunefw.templates import FAMILIES, get_family
 
+STARVED_BY = ("compile", "ask", "tail")  # why a GPU worker had nothing queued
+
 
 @dataclass
 class ProblemState(AskState):
@@ -188,13 +190,20 @@ class Sweep:
         self._compile_or_queue(Job(spec, context=(st.row.id, prop.trial, prop.key)))
 
     def _record_rejected(self) -> None:
-        """Record (once each) the configs check() rejected while the asker was asking."""
-        for st, prop in self.asker.drain_rejected():
-            st.known.add(prop.key)
-            st.reserved.discard(prop.key)
-            self._record(st, prop.family, prop.config, prop.key,
-                         Outcome(Status.INVALID, log=prop.invalid_reason,
-                                 evaluator=self.options.backend), None)
+        """Record (once each) the configs check() rejected while the asker was asking, in one
+        transaction: TPE's rejects can outnumber the trials, and a commit each slowed the loop."""
+        rejected = self.asker.drain_rejected()
+        if not rejected:
+            return
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            for st, prop in rejected:
+                st.known.add(prop.key)
+                st.reserved.discard(prop.key)
+                q.record_trial(s, study, s.get(Problem, st.row.id), prop.family, prop.config,
+                               prop.key, Outcome(Status.INVALID, log=prop.invalid_reason,
+                                                 evaluator=self.options.backend),
+                               self.source_hash[prop.family], None)
 
     def _reuse(self, st: ProblemState, prop) -> bool:
         """Answer from a stored measurement of the same config, sources, evaluator and device."""
@@ -298,11 +307,15 @@ class Sweep:
         winners, store and return the sweep figures. With a time limit, stop asking when it is
         reached, finish the trials in flight and return (a later launch resumes)."""
         self._open()
-        start = time.monotonic()  # the sweep's wall time starts with its workers up
+        start = last = time.monotonic()  # the sweep's wall time starts with its workers up
         limit = self.options.time_limit_s
         stopped = False
+        self.starved = dict.fromkeys(STARVED_BY, 0.0)
         try:
             while not all(st.done for st in self.states.values()):
+                now = time.monotonic()
+                self._count_starved(now - last)
+                last = now
                 if limit is not None and not stopped and time.monotonic() - start > limit:
                     stopped = True
                     self.asker.stop()
@@ -314,7 +327,12 @@ class Sweep:
                     if self.compiler is not None:
                         self._collect_compiles()
                     self._dispatch()
-                done, retry = self.pool.poll(0.01)
+                if self.pool.in_flight:
+                    done, retry = self.pool.poll(0.01)
+                else:  # nothing running: wake for the asker's next proposal, not a fixed sleep
+                    self.asker.produced.wait(0.01)
+                    self.asker.produced.clear()
+                    done, retry = self.pool.poll(0)
                 if stopped:  # a worker died under these: they would run again, but no more
                     for job in retry:
                         self._drop(job)
@@ -336,6 +354,20 @@ class Sweep:
             return stats
         finally:
             self._close()
+
+    def _count_starved(self, dt: float) -> None:
+        """Charge ``dt`` to each worker with nothing queued, by what it waits for: a compile in
+        flight, a proposal (nothing ready or compiling), or the end of the search."""
+        idle = sum(1 for slot in self.pool.slots if not slot.queue)
+        if not idle:
+            return
+        if self.compiling:
+            cause = "compile"
+        elif any(st.ready or st.room() > 0 for st in self.states.values()):
+            cause = "ask"
+        else:
+            cause = "tail"
+        self.starved[cause] += dt * idle
 
     def _drop(self, job: Job) -> None:
         """Forget a trial that never ran (time limit): no row, its config may be asked again."""
@@ -412,6 +444,8 @@ class Sweep:
             "trials_per_s_per_gpu": {g: s.trials / wall_s for g, s in zip(gpus, slots)},
             "gpu_busy": {g: min(1.0, s.busy_s / wall_s) for g, s in zip(gpus, slots)},
             "restarts": sum(s.restarts for s in slots),
+            # worker-seconds with an empty queue, by cause: the first place to look when busy is low
+            "starved_s": {cause: round(v, 3) for cause, v in self.starved.items()},
             "simulated": self.options.backend == "sim",
             "stopped_at_time_limit": stopped,
         }

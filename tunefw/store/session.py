@@ -23,8 +23,9 @@ UPGRADE_HINT = "run `tunefw db upgrade`"
 
 
 def resolve_url(url: str | None) -> str:
-    """--db, else $TUNEFW_DB, else ./tunefw.db."""
-    return url or os.environ.get("TUNEFW_DB") or DEFAULT_URL
+    """--db, else $TUNEFW_DB, else ./tunefw.db; a plain file path means that SQLite file."""
+    url = url or os.environ.get("TUNEFW_DB") or DEFAULT_URL
+    return url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"
 
 
 def sqlite_pragmas(engine: Engine) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -57,6 +58,7 @@ class Asker:
         self.rejected: queue.SimpleQueue[tuple[AskState, Proposal]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self.produced = threading.Event()  # set when a proposal became ready
+        self.asks, self.ask_s = 0, 0.0  # sampler asks made and the seconds they took
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tunefw-asker", daemon=True)
         self.error: BaseException | None = None
@@ -96,7 +98,10 @@ class Asker:
 
     def _ask(self, st: AskState) -> None:
         """One ask: a new valid config becomes ready, anything else is answered at once."""
+        start = time.perf_counter()
         prop = st.search.ask(_Known(st))
+        self.asks += 1
+        self.ask_s += time.perf_counter() - start
         if prop is None:
             st.exhausted = True
             return

@@ -180,6 +180,7 @@ class Sweep:
         with st.lock:  # claimed in one step: the asker sees the same room before and after
             st.in_flight += 1
             prop = st.ready.popleft()
+        self.asker.wake()  # room to ask again now, not at the asker's next timed look
         st.known.add(prop.key)
         st.reserved.discard(prop.key)
         if self._reuse(st, prop):
@@ -311,6 +312,7 @@ class Sweep:
         limit = self.options.time_limit_s
         stopped = False
         self.starved = dict.fromkeys(STARVED_BY, 0.0)
+        self.depth_s = dict.fromkeys(("ready", "compiling", "pending"), 0.0)
         try:
             while not all(st.done for st in self.states.values()):
                 now = time.monotonic()
@@ -357,7 +359,11 @@ class Sweep:
 
     def _count_starved(self, dt: float) -> None:
         """Charge ``dt`` to each worker with nothing queued, by what it waits for: a compile in
-        flight, a proposal (nothing ready or compiling), or the end of the search."""
+        flight, a proposal (nothing ready or compiling), or the end of the search; and add up
+        the pipeline's depths (proposals ready, compiles in flight, jobs compiled and waiting)."""
+        self.depth_s["ready"] += dt * sum(len(st.ready) for st in self.states.values())
+        self.depth_s["compiling"] += dt * len(self.compiling)
+        self.depth_s["pending"] += dt * len(self.pending)
         idle = sum(1 for slot in self.pool.slots if not slot.queue)
         if not idle:
             return
@@ -446,6 +452,8 @@ class Sweep:
             "restarts": sum(s.restarts for s in slots),
             # worker-seconds with an empty queue, by cause: the first place to look when busy is low
             "starved_s": {cause: round(v, 3) for cause, v in self.starved.items()},
+            "mean_depth": {stage: round(v / wall_s, 2) for stage, v in self.depth_s.items()},
+            "asks": self.asker.asks, "ask_s": round(self.asker.ask_s, 3),
             "simulated": self.options.backend == "sim",
             "stopped_at_time_limit": stopped,
         }

@@ -97,3 +97,35 @@ def test_a_fresh_search_starts_from_the_seed_configs():
         asked.append(prop.config)
         search.tell(prop.trial, 1.0)
     assert asked == expected
+
+
+def _proposal_mix(families, asks, problem=GemmProblem(4096, 4096, 4096)):
+    """(new valid, rejected, repeated) proposals of a TPE search over ``asks`` asks past its
+    random start, every new config told a value that rewards big tiles."""
+    search = _search(families, sampler="tpe", problem=problem)
+    known, counts = {}, [0, 0, 0]
+    for i in range(10 + asks):
+        prop = search.ask(known)
+        if prop.invalid_reason is not None:
+            kind, value = 1, None
+        elif prop.key in known:
+            kind, value = 2, known[prop.key]
+        else:
+            kind, value = 0, float(prop.config.get("BM", 64) * prop.config.get("BN", 64))
+            known[prop.key] = value
+        search.tell(prop.trial, value)
+        if i >= 10:
+            counts[kind] += 1
+    return counts
+
+
+def test_tpe_candidates_are_screened_for_validity_and_novelty():
+    # wgmma_sm90 declares 2x2 clusters that check() always rejects, among other dead corners:
+    # unscreened TPE spent most asks on rejects and repeats.
+    new, rejected, repeated = _proposal_mix(["wgmma_sm90"], 60)
+    assert new >= 55 and rejected + repeated <= 5
+
+
+def test_screening_covers_each_family_of_a_mixed_search():
+    new, rejected, repeated = _proposal_mix(sorted(FAMILIES), 60)
+    assert new >= 50

@@ -25,8 +25,8 @@ from tunefw.problem import GemmProblem
 from tunefw.runtime import Dispatcher, _current_stream
 
 AGAINST = ("cublas", "triton")
-HOST_CALLS = 50  # calls per host-time burst
-HOST_SAMPLES = 15  # bursts of each path, alternating
+HOST_CALLS = 40  # calls per host-time burst
+HOST_SAMPLES = 25  # bursts of each path, alternating
 
 
 def triton_matmul() -> Callable | None:

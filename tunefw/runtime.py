@@ -131,7 +131,9 @@ class _Plan:
         self._cu = cu
         self.template, self.entry, self.problem, self.launch_geometry = template, entry, problem, launch
         self.function, self.context, self.index = function, context, device.index
-        self.out_shape = (problem.M, problem.N)
+        self.out_shape = self._m, self._n = problem.M, problem.N
+        self._out_dtype = {v: k for k, v in TORCH_DTYPES.items()}[problem.dtype]
+        self._device = device
         self.workspace = (torch.zeros(launch.workspace_bytes, dtype=torch.uint8, device=device)
                           if launch.workspace_bytes else None)
         self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
@@ -198,7 +200,8 @@ class _Plan:
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
             return None
-        c = a.new_empty(self.out_shape)
+        # Sizes as separate ints: parsing them costs less than a shape tuple, on the hot path.
+        c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
         c_ptr = c.data_ptr()
         packed = self._args.get((a_ptr, b_ptr, c_ptr))
         params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)

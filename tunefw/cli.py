@@ -197,6 +197,12 @@ def status() -> None:
                 rate = stats["trials_per_s_per_gpu"].get(gpu, 0.0)
                 out.print(f"  worker GPU {gpu}: {rate:.2f} trials/s, busy {busy:.0%}"
                           + (" (SIMULATED)" if stats.get("simulated") else ""))
+            starved = stats.get("starved_s") or {}
+            if any(starved.values()):
+                out.print("  GPU idle, waiting on: " + ", ".join(
+                    f"{cause} {seconds:.1f} s" for cause, seconds in starved.items() if seconds)
+                    + (f" (sampler: {stats['asks']} asks in {stats['ask_s']:.1f} s)"
+                       if "asks" in stats else ""))
             errors = s.scalars(select(Trial).where(
                 Trial.study_id == study.id,
                 Trial.status.notin_(["OK", "INVALID"])).order_by(Trial.id.desc()).limit(3))

@@ -129,3 +129,27 @@ def test_tpe_candidates_are_screened_for_validity_and_novelty():
 def test_screening_covers_each_family_of_a_mixed_search():
     new, rejected, repeated = _proposal_mix(sorted(FAMILIES), 60)
     assert new >= 50
+
+
+def test_a_sampler_process_proposes_what_the_local_sampler_would():
+    from tunefw.sampler_host import SamplerHost
+
+    def proposals(host):
+        search = ProblemSearch(optuna.storages.InMemoryStorage(), "t", "tpe", 0,
+                               sorted(FAMILIES), GemmProblem(4096, 4096, 4096), H200, host=host)
+        known, keys = {}, []
+        for _ in range(40):  # seeds, the random start, then TPE on what it was told
+            prop = search.ask(known)
+            keys.append(prop.key)
+            value = None if prop.invalid_reason else float(prop.config.get("BM", 64))
+            if value is not None:
+                known[prop.key] = value
+            search.tell(prop.trial, value)
+        return keys
+
+    host = SamplerHost()
+    try:
+        assert proposals(host) == proposals(None)
+    finally:
+        host.close()
+    assert host._proc.poll() is not None  # closing the pipe ends the process

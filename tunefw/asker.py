@@ -48,6 +48,10 @@ class _Known:
     def __contains__(self, key: object) -> bool:
         return key in self.st.known or key in self.st.reserved
 
+    def __iter__(self):
+        # list() of a set runs without releasing the GIL: the driver cannot change it midway
+        return iter(list(self.st.known) + list(self.st.reserved))
+
 
 class Asker:
     """One thread keeping up to ``ahead`` proposals ready per problem that still needs them."""

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
+from tunefw.sampler_host import RemoteTPE, SamplerHost
 from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 
@@ -97,12 +98,40 @@ class ScreenedTPE(optuna.samplers.TPESampler):
         return values
 
 
+def screen_candidates(samples: dict[str, np.ndarray], families: list[str], problem: GemmProblem,
+                      device: DeviceSpec, known: Container[str]) -> np.ndarray | None:
+    """For TPE's candidates of one family's whole config (internal representation: value
+    indices): True where the config is valid for the problem and not yet known; None for a
+    sample that is not one family's config (the family choice of a multi-family search)."""
+    for fam_name in families:
+        family = get_family(fam_name)
+        names = {f"{fam_name}.{p.name}": p for p in family.params}
+        if not samples or not set(samples) <= set(names):
+            continue
+        n = len(next(iter(samples.values())))
+        keep = np.zeros(n, dtype=bool)
+        for i in range(n):
+            config = {}
+            for name, p in names.items():
+                # Optuna leaves single-valued params out of the search space.
+                values = sorted(p.values) if _is_ordinal(p.values) and len(p.values) > 1 \
+                    else list(p.values)
+                config[p.name] = values[int(samples[name][i])] if name in samples else values[0]
+            keep[i] = (config_key(fam_name, config) not in known
+                       and family.check(config, problem, device) is None)
+        return keep
+    return None
+
+
 def make_sampler(name: str, seed: int, families: int = 1) -> optuna.samplers.BaseSampler:
     """The sampler by name. TPE decomposes the space into groups only when several families
     (conditional parameters) share a search: that pass walks every past trial on each ask and
     doubled the ask time of one-family searches."""
     if name == "tpe":
-        return ScreenedTPE(seed=seed, multivariate=True, group=families > 1, n_startup_trials=10)
+        # constant_liar off (Optuna 5 turned it on by default): configs in flight are already
+        # screened out as known, and a sampler process sees only finished trials.
+        return ScreenedTPE(seed=seed, multivariate=True, group=families > 1, n_startup_trials=10,
+                           constant_liar=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
@@ -144,7 +173,9 @@ class ProblemSearch:
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str, sampler: str,
                  seed: int, families: list[str], problem: GemmProblem,
-                 device: DeviceSpec, mirror: "DurableMirror | None" = None) -> None:
+                 device: DeviceSpec, mirror: "DurableMirror | None" = None,
+                 host: SamplerHost | None = None) -> None:
+        """``host``: run TPE in that sampler process (a sweep's driver does); else in-process."""
         self.families = families
         self.mirror = mirror
         self.problem = problem
@@ -152,8 +183,10 @@ class ProblemSearch:
         self.grid = sampler == "grid"
         self.durable = optuna.create_study(storage=storage, study_name=study_name,
                                            direction="maximize", load_if_exists=True)
-        self.study = optuna.create_study(direction="maximize",
-                                         sampler=make_sampler(sampler, seed, len(families)))
+        self.study = optuna.create_study(
+            direction="maximize",
+            sampler=(host.sampler(seed, families, problem, device) if host and sampler == "tpe"
+                     else make_sampler(sampler, seed, len(families))))
         stored = self.durable.get_trials(deepcopy=False)
         for trial in stored:
             if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
@@ -190,29 +223,6 @@ class ProblemSearch:
                 return True
         return False
 
-    def _screen(self, samples: dict[str, np.ndarray], known: Container[str]) -> np.ndarray | None:
-        """For TPE's candidates of one family's whole config (internal representation: value
-        indices): True where the config is valid for this problem and not yet known; None for
-        a sample that is not one family's config (the family choice of a multi-family search)."""
-        for fam_name in self.families:
-            family = get_family(fam_name)
-            names = {f"{fam_name}.{p.name}": p for p in family.params}
-            if not samples or not set(samples) <= set(names):
-                continue
-            n = len(next(iter(samples.values())))
-            keep = np.zeros(n, dtype=bool)
-            for i in range(n):
-                config = {}
-                for name, p in names.items():
-                    # Optuna leaves single-valued params out of the search space.
-                    values = sorted(p.values) if _is_ordinal(p.values) and len(p.values) > 1 \
-                        else list(p.values)
-                    config[p.name] = values[int(samples[name][i])] if name in samples else values[0]
-                keep[i] = (config_key(fam_name, config) not in known
-                           and family.check(config, self.problem, self.device) is None)
-            return keep
-        return None
-
     def ask(self, known: Container[str]) -> Proposal | None:
         """One proposal; None when the valid space holds nothing that is not already known."""
         if self.grid or self.stall >= STALL_LIMIT:
@@ -220,7 +230,10 @@ class ProblemSearch:
                 return None
         sampler = self.study.sampler
         if isinstance(sampler, ScreenedTPE):
-            sampler.screen = lambda samples: self._screen(samples, known)
+            sampler.screen = lambda samples: screen_candidates(samples, self.families,
+                                                               self.problem, self.device, known)
+        elif isinstance(sampler, RemoteTPE):
+            sampler.known = known
         trial = self.study.ask()
         fam_name = (trial.suggest_categorical("family", self.families)
                     if len(self.families) > 1 else self.families[0])

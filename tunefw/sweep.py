@@ -14,6 +14,7 @@ from tunefw.cluster import Job, WorkerPool, connect
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.sampler_host import SamplerHost
 from tunefw.search import DurableMirror, ProblemSearch
 from tunefw.store import Store
 from tunefw.store.session import sqlite_pragmas
@@ -108,6 +109,7 @@ class Sweep:
         self.pool: WorkerPool | None = None
         self.compiler = None
         self.mirror: DurableMirror | None = None
+        self.sampler_host: SamplerHost | None = None
         self.asker: Asker | None = None
         self.states: dict[int, ProblemState] = {}
         self.pending: list[Job] = []  # ready to run on a worker
@@ -138,10 +140,12 @@ class Sweep:
             problems = list(study.problems)
             names = {p.id: optuna_study_name(study, p) for p in problems}
         self.mirror = DurableMirror()
+        if self.spec.sampler == "tpe":  # TPE's work runs off the driver's thread and GIL
+            self.sampler_host = SamplerHost()
         for prow in problems:
             search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
                                    self.spec.seed + prow.id, self.families, q.as_problem(prow),
-                                   self.device, self.mirror)
+                                   self.device, self.mirror, self.sampler_host)
             self.states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
@@ -394,6 +398,8 @@ class Sweep:
     def _close(self) -> None:
         if self.asker is not None:
             self.asker.stop()
+        if self.sampler_host is not None:
+            self.sampler_host.close()
         if self.mirror is not None:
             self.mirror.close()
         if self.compiler is not None:

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Status
+from tunefw.framing import recv, send
 from tunefw.templates.base import TEMPLATE_DIR, KernelTemplate
 
 FLAGS = ("-std=c++17", "--ptxas-options=-v")
@@ -305,19 +306,6 @@ def _run_request(req: dict) -> dict:
     return result
 
 
-def _send(stream, obj: Any) -> None:
-    data = pickle.dumps(obj)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
-def _recv(stream) -> Any:
-    header = stream.read(8)
-    if len(header) < 8:
-        return None
-    return pickle.loads(stream.read(struct.unpack("<Q", header)[0]))
-
-
 def _serve() -> None:
     """Worker process main loop: read requests on stdin, answer on the original stdout."""
     out = os.fdopen(os.dup(1), "wb")
@@ -325,9 +313,9 @@ def _serve() -> None:
     backend = sys.argv[1] if len(sys.argv) > 1 else "nvrtc"
     if backend == "nvrtc":
         from cuda.bindings import nvrtc  # noqa: F401  (imported before 'ready': not timed per compile)
-    _send(out, "ready")
-    while (req := _recv(sys.stdin.buffer)) is not None:
-        _send(out, _run_request(req))
+    send(out, "ready")
+    while (req := recv(sys.stdin.buffer)) is not None:
+        send(out, _run_request(req))
 
 
 # ---- worker processes ---------------------------------------------------------------------
@@ -372,7 +360,7 @@ class _Worker:
     def run(self, request: dict, timeout_s: float) -> dict:
         """Send one request and wait for its answer until the deadline (then kill)."""
         try:
-            _send(self.proc.stdin, request)
+            send(self.proc.stdin, request)
         except BrokenPipeError:
             raise _WorkerGone(self.kill()) from None
         return self._read(time.monotonic() + timeout_s)

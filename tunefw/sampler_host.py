@@ -11,8 +11,6 @@ is free). One host serves every problem of a launch; it exits when its pipe clos
 from __future__ import annotations
 
 import os
-import pickle
-import struct
 import subprocess
 import sys
 import threading
@@ -24,20 +22,8 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tunefw.device import DeviceSpec
+from tunefw.framing import recv, send
 from tunefw.problem import GemmProblem
-
-
-def _send(stream, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
-def _recv(stream) -> Any:
-    header = stream.read(8)
-    if len(header) < 8:
-        return None
-    return pickle.loads(stream.read(struct.unpack("<Q", header)[0]))
 
 
 class SamplerHostError(RuntimeError):
@@ -61,8 +47,8 @@ class SamplerHost:
     def call(self, *request: Any) -> Any:
         with self._lock:
             try:
-                _send(self._proc.stdin, request)
-                answer = _recv(self._proc.stdout)
+                send(self._proc.stdin, request)
+                answer = recv(self._proc.stdout)
             except (BrokenPipeError, OSError) as exc:
                 raise SamplerHostError(f"the sampler process is gone ({exc})") from None
         if answer is None:
@@ -166,9 +152,9 @@ def serve() -> None:
     os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     replicas: dict[int, _Replica] = {}
-    while (request := _recv(sys.stdin.buffer)) is not None:
+    while (request := recv(sys.stdin.buffer)) is not None:
         try:
             answer = (True, _answer(replicas, request))
         except Exception as exc:  # the driver raises it as SamplerHostError
             answer = (False, f"{type(exc).__name__}: {exc}")
-        _send(out, answer)
+        send(out, answer)

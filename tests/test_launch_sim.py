@@ -41,7 +41,9 @@ def _rows(db_url, sql):
 def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     study = _study_file(tmp_path, trials=8)
     assert run_cli("study", "create", "q", "--from", str(study), db=db_url).returncode == 0
-    launched = run_cli("launch", "q", "--gpus", "8", "--backend", "sim", db=db_url)
+    # two sampler processes, one per problem, each asked by its own thread
+    launched = run_cli("launch", "q", "--gpus", "8", "--backend", "sim", db=db_url,
+                       env={"TUNEFW_SAMPLER_PROCESSES": "2"})
     assert launched.returncode == 0, launched.stderr
     assert "SIMULATED" in launched.stdout
     gpus = {g for (g,) in _rows(db_url, "SELECT gpu FROM tunefw_trial WHERE status='OK'")}
@@ -52,10 +54,11 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
         assert p["best"]["tflops"] > 0 and p["outcomes"]["OK"] == p["ok"]
     stats = shown["stats"]  # the figures that say where idle GPU time went
     assert stats["trials"] == 16 and stats["asks"] >= 16 and 0 < stats["ask_s"] < stats["wall_s"]
-    assert set(stats["starved_s"]) == {"compile", "ask", "tail"}
+    assert set(stats["starved_s"]) == {"compile", "ask", "tail", "driver"}
     assert all(0 <= v <= 8 * stats["wall_s"] for v in stats["starved_s"].values())
     assert stats["starved_s"]["compile"] == 0  # the simulated device compiles nothing ahead
     assert set(stats["mean_depth"]) == {"ready", "compiling", "pending"}
+    assert stats["sampler_processes"] == 2
     out = tmp_path / "dispatch.json"
     exported = run_cli("export", str(out), "--study", "q", db=db_url)
     assert exported.returncode == 0, exported.stderr
@@ -157,6 +160,12 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
         assert too_many.returncode != 0
         assert too_many.stderr.strip().splitlines() == [
             "tunefw: error: --gpus 5: the Ray cluster has 2 GPU(s)"]
+        # Without --address a launch starts a Ray of its own, even with this head running
+        # (plain ray.init() joined it, then refused num_gpus).
+        study = _study_file(tmp_path, name="own", trials=2, shapes=("256x256x256",))
+        assert run_cli("study", "create", "own", "--from", str(study), db=db_url).returncode == 0
+        own = run_cli("launch", "own", "--gpus", "4", "--backend", "sim", db=db_url, env=env)
+        assert own.returncode == 0, own.stderr
     finally:
         subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120, env=env)
 

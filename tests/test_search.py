@@ -153,3 +153,28 @@ def test_a_sampler_process_proposes_what_the_local_sampler_would():
     finally:
         host.close()
     assert host._proc.poll() is not None  # closing the pipe ends the process
+
+
+def test_asker_threads_share_the_problems_and_fill_each():
+    import time
+
+    from tunefw.asker import Asker, AskState
+
+    problems = [GemmProblem(m, 4096, 4096) for m in (64, 1024, 4096)]
+    states = [AskState(search=ProblemSearch(optuna.storages.InMemoryStorage(), f"t{i}", "tpe", i,
+                                            ["mma_sm80"], p, H200), budget=50)
+              for i, p in enumerate(problems)]
+    asker = Asker(states, ahead=4, threads=2)
+    assert [t.name for t in asker._threads] == ["tunefw-asker-0", "tunefw-asker-1"]
+    asker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(len(st.ready) == 4 for st in states):
+        time.sleep(0.05)
+    asker.stop()
+    asker.check()
+    for st in states:
+        keys = [prop.key for prop in st.ready]
+        assert len(keys) == 4 and len(set(keys)) == 4
+        assert all(prop.invalid_reason is None for prop in st.ready)
+    rejected = asker.drain_rejected()
+    assert asker.asks >= 12 + len(rejected)  # each ask became ready, rejected or a repeat

@@ -54,42 +54,50 @@ class _Known:
 
 
 class Asker:
-    """One thread keeping up to ``ahead`` proposals ready per problem that still needs them."""
+    """Threads keeping up to ``ahead`` proposals ready per problem that still needs them; with
+    several threads each owns every n-th problem (its sampler process, if any, serves only
+    those), so asks for different problems run at once."""
 
-    def __init__(self, states: Iterable[AskState], ahead: int) -> None:
+    def __init__(self, states: Iterable[AskState], ahead: int, threads: int = 1) -> None:
         self.states = list(states)
         self.ahead = ahead
         self.rejected: queue.SimpleQueue[tuple[AskState, Proposal]] = queue.SimpleQueue()
-        self._wake = threading.Event()
         self.produced = threading.Event()  # set when a proposal became ready
         self.asks, self.ask_s = 0, 0.0  # sampler asks made and the seconds they took
+        self._counts = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tunefw-asker", daemon=True)
+        n = max(1, min(threads, len(self.states)))
+        self._wakes = [threading.Event() for _ in range(n)]
+        self._threads = [threading.Thread(target=self._run, args=(self.states[i::n], self._wakes[i]),
+                                          name=f"tunefw-asker-{i}", daemon=True) for i in range(n)]
         self.error: BaseException | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
-        self._thread.join()
+        self.wake()
+        for thread in self._threads:
+            thread.join()
 
     def wake(self) -> None:
         """Something changed (a result came in): look again at which problems need asks."""
-        self._wake.set()
+        for event in self._wakes:
+            event.set()
 
     def wants(self, st: AskState) -> bool:
         with st.lock:
             return not st.exhausted and len(st.ready) < self.ahead and st.room() > 0
 
-    def _run(self) -> None:
+    def _run(self, states: list[AskState], wake: threading.Event) -> None:
         try:
             while not self._stop.is_set():
-                needy = [st for st in self.states if self.wants(st)]
+                needy = [st for st in states if self.wants(st)]
                 if not needy:
-                    self._wake.wait(0.05)
-                    self._wake.clear()
+                    wake.wait(0.05)
+                    wake.clear()
                     continue
                 self._ask(max(needy, key=AskState.room))  # most room first (unlocked: an order only)
         except BaseException as exc:  # surfaced on the driver's thread by check()
@@ -104,8 +112,9 @@ class Asker:
         """One ask: a new valid config becomes ready, anything else is answered at once."""
         start = time.perf_counter()
         prop = st.search.ask(_Known(st))
-        self.asks += 1
-        self.ask_s += time.perf_counter() - start
+        with self._counts:
+            self.asks += 1
+            self.ask_s += time.perf_counter() - start
         if prop is None:
             st.exhausted = True
             return

@@ -85,8 +85,11 @@ def connect(address: str | None, gpus: int, backend: str) -> None:
         ray.init(address=address, runtime_env=env, log_to_driver=False,
                  logging_level="ERROR")
     else:
-        ray.init(num_gpus=gpus, num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                 runtime_env=env, log_to_driver=False, logging_level="ERROR")
+        # address="local": always a Ray of our own, never a cluster another process left
+        # running (ray.init() alone joins one, and then refuses num_gpus: seen in CI).
+        ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1,
+                 include_dashboard=False, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR")
     have = int(ray.cluster_resources().get("GPU", 0))
     if have < gpus:
         ray.shutdown()

@@ -3,6 +3,7 @@ once, compiles ahead, keeps every GPU worker fed, records each result in its own
 then confirms each problem's top configs against cuBLAS and stores the winner."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -109,7 +110,7 @@ class Sweep:
         self.pool: WorkerPool | None = None
         self.compiler = None
         self.mirror: DurableMirror | None = None
-        self.sampler_host: SamplerHost | None = None
+        self.sampler_hosts: list[SamplerHost] = []
         self.asker: Asker | None = None
         self.states: dict[int, ProblemState] = {}
         self.pending: list[Job] = []  # ready to run on a worker
@@ -141,11 +142,12 @@ class Sweep:
             names = {p.id: optuna_study_name(study, p) for p in problems}
         self.mirror = DurableMirror()
         if self.spec.sampler == "tpe":  # TPE's work runs off the driver's thread and GIL
-            self.sampler_host = SamplerHost()
-        for prow in problems:
+            self.sampler_hosts = [SamplerHost() for _ in range(self._asker_threads(len(problems)))]
+        for i, prow in enumerate(problems):
+            host = self.sampler_hosts[i % len(self.sampler_hosts)] if self.sampler_hosts else None
             search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
                                    self.spec.seed + prow.id, self.families, q.as_problem(prow),
-                                   self.device, self.mirror, self.sampler_host)
+                                   self.device, self.mirror, host)
             self.states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
@@ -162,7 +164,9 @@ class Sweep:
                     if t.status == Status.OK.value:
                         state.best = max(state.best, t.tflops or 0.0)
                         state.values[t.config_key] = t.tflops
-        self.asker = Asker(self.states.values(), ahead=2 * self.options.gpus + 2)
+        # Problem i is asked by thread i % n, which talks to sampler process i % n (see above).
+        self.asker = Asker(self.states.values(), ahead=2 * self.options.gpus + 2,
+                           threads=max(1, len(self.sampler_hosts)))
         self.asker.start()
         self.progress("start", {"study": self.study_name, "backend": self.options.backend,
                                 "device": self.fingerprint.get("name"),
@@ -361,6 +365,14 @@ class Sweep:
         finally:
             self._close()
 
+    def _asker_threads(self, problems: int) -> int:
+        """Sampler processes (and asker threads): $TUNEFW_SAMPLER_PROCESSES, else one per two
+        GPUs and per four CPU cores (the compiler pool needs the rest); at most one per problem."""
+        wanted = os.environ.get("TUNEFW_SAMPLER_PROCESSES", "")
+        if wanted.isdigit() and int(wanted) > 0:
+            return min(problems, int(wanted))
+        return max(1, min(problems, self.options.gpus // 2, (os.cpu_count() or 1) // 4))
+
     def _count_starved(self, dt: float) -> None:
         """Charge ``dt`` to each worker with nothing queued, by what it waits for: a compile in
         flight, a proposal (nothing ready or compiling), or the end of the search; and add up
@@ -398,8 +410,8 @@ class Sweep:
     def _close(self) -> None:
         if self.asker is not None:
             self.asker.stop()
-        if self.sampler_host is not None:
-            self.sampler_host.close()
+        for host in self.sampler_hosts:
+            host.close()
         if self.mirror is not None:
             self.mirror.close()
         if self.compiler is not None:
@@ -456,10 +468,15 @@ class Sweep:
             "trials_per_s_per_gpu": {g: s.trials / wall_s for g, s in zip(gpus, slots)},
             "gpu_busy": {g: min(1.0, s.busy_s / wall_s) for g, s in zip(gpus, slots)},
             "restarts": sum(s.restarts for s in slots),
-            # worker-seconds with an empty queue, by cause: the first place to look when busy is low
-            "starved_s": {cause: round(v, 3) for cause, v in self.starved.items()},
+            # worker-seconds with an empty queue, by cause: the first place to look when busy is
+            # low; "driver" is the rest of the idle time (a result waiting to be collected, Ray)
+            "starved_s": {**{cause: round(v, 3) for cause, v in self.starved.items()},
+                          "driver": round(max(0.0, len(slots) * wall_s
+                                              - sum(s.busy_s for s in slots)
+                                              - sum(self.starved.values())), 3)},
             "mean_depth": {stage: round(v / wall_s, 2) for stage, v in self.depth_s.items()},
             "asks": self.asker.asks, "ask_s": round(self.asker.ask_s, 3),
+            "sampler_processes": len(self.sampler_hosts),
             "simulated": self.options.backend == "sim",
             "stopped_at_time_limit": stopped,
         }

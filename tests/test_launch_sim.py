@@ -53,7 +53,8 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
         assert p["evaluated"] == 8 and p["best"]["confirmed"] is True
         assert p["best"]["tflops"] > 0 and p["outcomes"]["OK"] == p["ok"]
     stats = shown["stats"]  # the figures that say where idle GPU time went
-    assert stats["trials"] == 16 and stats["asks"] >= 16 and 0 < stats["ask_s"] < stats["wall_s"]
+    assert stats["trials"] == 16 and stats["asks"] >= 16
+    assert 0 < stats["ask_s"] < stats["sampler_processes"] * stats["wall_s"]  # per asker thread
     assert set(stats["starved_s"]) == {"compile", "ask", "tail", "driver"}
     assert all(0 <= v <= 8 * stats["wall_s"] for v in stats["starved_s"].values())
     assert stats["starved_s"]["compile"] == 0  # the simulated device compiles nothing ahead

@@ -90,8 +90,8 @@ class ScreenedTPE(optuna.samplers.TPESampler):
 
     screen: Callable[[dict[str, np.ndarray]], np.ndarray | None] | None = None
 
-    def _compute_acquisition_func(self, samples, mpe_below, mpe_above):  # type: ignore[override]
-        values = super()._compute_acquisition_func(samples, mpe_below, mpe_above)
+    def _compute_acquisition_func(self, samples, *estimators):  # type: ignore[override]
+        values = super()._compute_acquisition_func(samples, *estimators)
         keep = self.screen(samples) if self.screen is not None else None
         if keep is not None and keep.any():
             values = np.where(keep, values, -np.inf)

@@ -4,7 +4,6 @@ Every error, usage errors included, is one line on stderr and a non-zero exit.
 """
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import sys
@@ -375,8 +374,6 @@ def report_cmd(
 def main() -> None:
     """Entry point: run the app, turning every error into one line on stderr."""
     command = typer.main.get_command(app)
-    if os.environ.get("TUNEFW_STACK_DUMP_S"):  # diagnosing a stuck launch: stacks every N s
-        faulthandler.dump_traceback_later(float(os.environ["TUNEFW_STACK_DUMP_S"]), repeat=True)
     try:
         # Without standalone mode typer returns (not raises) the code of an Exit, and turns
         # Ctrl-C into Exit(130).

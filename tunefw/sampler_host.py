@@ -85,8 +85,10 @@ class RemoteTPE(optuna.samplers.BaseSampler):
 
     def _updates(self, study: optuna.Study) -> tuple[list[FrozenTrial], list[str]]:
         """Trials completed and keys known since the last request."""
-        new = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-               if t.number not in self._sent_trials]
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        # A request per sampler call, several per ask: most find nothing new.
+        new = ([t for t in done if t.number not in self._sent_trials]
+               if len(done) > len(self._sent_trials) else [])
         self._sent_trials.update(t.number for t in new)
         known = set(self.known) - self._sent_known
         self._sent_known |= known

@@ -105,18 +105,18 @@ def screen_candidates(samples: dict[str, np.ndarray], families: list[str], probl
     sample that is not one family's config (the family choice of a multi-family search)."""
     for fam_name in families:
         family = get_family(fam_name)
-        names = {f"{fam_name}.{p.name}": p for p in family.params}
-        if not samples or not set(samples) <= set(names):
+        # Each param's values in _suggest's index order, by Optuna param name.
+        values = {f"{fam_name}.{p.name}": (p.name, sorted(p.values) if _is_ordinal(p.values)
+                                           and len(p.values) > 1 else list(p.values))
+                  for p in family.params}
+        if not samples or not set(samples) <= set(values):
             continue
         n = len(next(iter(samples.values())))
         keep = np.zeros(n, dtype=bool)
         for i in range(n):
-            config = {}
-            for name, p in names.items():
-                # Optuna leaves single-valued params out of the search space.
-                values = sorted(p.values) if _is_ordinal(p.values) and len(p.values) > 1 \
-                    else list(p.values)
-                config[p.name] = values[int(samples[name][i])] if name in samples else values[0]
+            # Optuna leaves single-valued params out of the search space.
+            config = {param: choices[int(samples[name][i])] if name in samples else choices[0]
+                      for name, (param, choices) in values.items()}
             keep[i] = (config_key(fam_name, config) not in known
                        and family.check(config, problem, device) is None)
         return keep

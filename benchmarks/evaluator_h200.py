@@ -33,6 +33,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--db", help="state database (default: a fresh temporary one)")
     ap.add_argument("--time-limit", type=float, default=240.0)
+    ap.add_argument("--sweep-from", type=Path, metavar="DIR",
+                    help="take the sweep's result and dispatch.json from DIR (an earlier run of "
+                         "this script) instead of sweeping again")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
@@ -40,10 +43,15 @@ def main() -> int:
 
     if run("benchmarks/evaluator_gpu_check.py") != 0:
         return 1
-    sweep_json, dispatch = out / "throughput_4096_h200.json", out / "throughput_4096_dispatch.json"
-    swept = run("benchmarks/sweep_h200.py", "--db", db, "--time-limit", str(args.time_limit),
-                "--result", str(sweep_json), str(STUDY))
-    exported = run("-m", "tunefw", "--db", db, "export", str(dispatch)) == 0 and dispatch.exists()
+    if args.sweep_from:
+        sweep_json = args.sweep_from / "throughput_4096_h200.json"
+        dispatch = args.sweep_from / "throughput_4096_dispatch_h200.json"
+        swept, exported = 0, dispatch.exists()
+    else:
+        sweep_json, dispatch = out / "throughput_4096_h200.json", out / "throughput_4096_dispatch.json"
+        swept = run("benchmarks/sweep_h200.py", "--db", db, "--time-limit", str(args.time_limit),
+                    "--result", str(sweep_json), str(STUDY))
+        exported = run("-m", "tunefw", "--db", db, "export", str(dispatch)) == 0 and dispatch.exists()
 
     check = json.loads((out / "evaluator_gpu_check.json").read_text())
     sweep = json.loads(sweep_json.read_text()) if swept == 0 and sweep_json.exists() else {}
@@ -63,6 +71,7 @@ def main() -> int:
         "trials_per_s_per_gpu": stats.get("trials_per_s_per_gpu"),
         "gpu_busy": stats.get("gpu_busy"),
         "launch": {"study": str(STUDY.relative_to(REPO)), "command": "tunefw launch --gpus 1 --backend cuda",
+                   "from": str(args.sweep_from) if args.sweep_from else "this run",
                    "stats": stats, "exported_entries": len(table.get("entries", [])),
                    "export_simulated": table.get("simulated")},
     }

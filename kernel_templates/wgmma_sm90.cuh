@@ -104,7 +104,7 @@ __host__ __device__ __forceinline__ int sk_owner(long long x, int ncl, int sk_ti
 template <int PERSISTENT, int PER_CLUSTER, int SPLIT_K, int STREAM_K>
 struct WorkList {
   int k_iters, ncl, sk_tiles, sk_clusters, count;
-  long long pos, pos_begin, pos_end;  // stream-K range (k-blocks)
+  int pos, pos_begin, pos_end;  // stream-K range (k-blocks; the space is < ncl * k_iters)
   int w, w_end, w_step;               // work items (tiles x splits, or stream-K's whole tiles)
 
   __host__ __device__ __forceinline__ WorkList(int cid, int ncl_, int tiles, int k_iters_)
@@ -114,13 +114,12 @@ struct WorkList {
       sk_tiles = tiles - waves * ncl;
       const long long space = (long long)sk_tiles * k_iters;
       sk_clusters = space < ncl ? (int)space : ncl;
-      pos = pos_begin = cid < sk_clusters ? sk_begin(cid, sk_clusters, sk_tiles, k_iters) : 0;
-      pos_end = cid < sk_clusters ? sk_begin(cid + 1, sk_clusters, sk_tiles, k_iters) : 0;
+      pos = pos_begin = cid < sk_clusters ? (int)sk_begin(cid, sk_clusters, sk_tiles, k_iters) : 0;
+      pos_end = cid < sk_clusters ? (int)sk_begin(cid + 1, sk_clusters, sk_tiles, k_iters) : 0;
       w = sk_tiles + cid;
       w_end = tiles;
       w_step = ncl;
-      count = (pos_end > pos_begin ? (int)((pos_end - 1) / k_iters - pos_begin / k_iters) + 1 : 0)
-              + waves;
+      count = (pos_end > pos_begin ? (pos_end - 1) / k_iters - pos_begin / k_iters + 1 : 0) + waves;
     } else if (PERSISTENT) {
       sk_tiles = sk_clusters = 0;
       pos = pos_begin = pos_end = 0;
@@ -141,10 +140,10 @@ struct WorkList {
 
   __host__ __device__ __forceinline__ bool next(Unit& u) {
     if (STREAM_K && pos < pos_end) {
-      u.t = (int)(pos / k_iters);
-      u.kb0 = (int)(pos - (long long)u.t * k_iters);
-      const long long left = pos_end - pos;
-      u.kb1 = left < k_iters - u.kb0 ? u.kb0 + (int)left : k_iters;
+      u.t = pos / k_iters;
+      u.kb0 = pos - u.t * k_iters;
+      const int left = pos_end - pos;
+      u.kb1 = left < k_iters - u.kb0 ? u.kb0 + left : k_iters;
       u.piece = (u.kb0 == 0 && u.kb1 == k_iters) ? -1 : (pos == pos_begin ? 0 : 1);
       pos += u.kb1 - u.kb0;
       return true;
@@ -516,30 +515,7 @@ __global__ void __launch_bounds__(384, 1)
       const int tile_col = tn * BN;
       // Compile-time false for configs without split-K or stream-K.
       const bool partial = (STREAM_K || SPLIT_K > 1) && u.piece >= 0;
-      if (!partial) {
-        if constexpr (DEFER) {
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-              pend[mi][2 * j] = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
-              pend[mi][2 * j + 1] = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-            }
-          pend_row = tile_row;
-          pend_col = tile_col;
-          continue;
-        }
-        // ---- epilogue straight from the accumulators ----
-        auto from_acc = [&](int mi, int j, u32& lo, u32& hi) {
-          lo = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
-          hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-        };
-        if (EPILOGUE == 0)
-          epilogue_direct<BN, MI, BN / 8>(from_acc, C, M, N, tile_row, tile_col, t);
-        else
-          epilogue_tma<BN, MI, EPI_N, EPI_N / 16>(from_acc, &tmap_c, my_buf, epi_chunk, M, N,
-                                                 tile_row, tile_col, t, cw);
-      } else {
+      if (partial) {
         // ---- a partial tile: publish it; the last piece to arrive sums all of them ----
         const int tile_id = tm * num_n + tn;
         int* counters = reinterpret_cast<int*>(workspace);
@@ -585,31 +561,50 @@ __global__ void __launch_bounds__(384, 1)
         named_bar_sync(bar_id, bar_n);
         if (!flags[slot]) continue;
         __threadfence();
-        // Pieces 0..P-1 summed in index order whichever arrived last: deterministic.
-        // The accumulators are dead here, so the loops need not unroll (few loads in flight).
-        auto reduce = [&](int mi, int j, u32& lo, u32& hi) {
-          const size_t at = (size_t)(mi * (BN / 8) + j) * 512;
-          float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
-          if (rows_live(mi)) {
+        // Pieces 0..P-1 summed into the accumulators in index order whichever arrived last
+        // (deterministic); a piece's loads are issued together, one L2 round trip per piece.
 #pragma unroll
-            for (int sp = 0; sp < pieces; ++sp) {
-              float a0, a1, a2, a3;
-              ld_global_cg_f4(piece_at(sp) + at, a0, a1, a2, a3);
-              v0 += a0;
-              v1 += a1;
-              v2 += a2;
-              v3 += a3;
-            }
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.f;
+#pragma unroll 1
+        for (int sp = 0; sp < pieces; ++sp) {
+          const float* src = piece_at(sp);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi)
+            if (rows_live(mi))
+#pragma unroll
+              for (int j = 0; j < BN / 8; ++j) {
+                float a0, a1, a2, a3;
+                ld_global_cg_f4(src + (size_t)(mi * (BN / 8) + j) * 512, a0, a1, a2, a3);
+                acc[mi][4 * j] += a0;
+                acc[mi][4 * j + 1] += a1;
+                acc[mi][4 * j + 2] += a2;
+                acc[mi][4 * j + 3] += a3;
+              }
+        }
+      } else if (DEFER) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            pend[mi][2 * j] = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
+            pend[mi][2 * j + 1] = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
           }
-          lo = pack2<DTYPE>(v0, v1);
-          hi = pack2<DTYPE>(v2, v3);
-        };
-        if (EPILOGUE == 0)
-          epilogue_direct<BN, MI, 2>(reduce, C, M, N, tile_row, tile_col, t);
-        else
-          epilogue_tma<BN, MI, EPI_N, 1>(reduce, &tmap_c, my_buf, epi_chunk, M, N, tile_row,
-                                         tile_col, t, cw);
+        pend_row = tile_row;
+        pend_col = tile_col;
+        continue;
       }
+      // ---- epilogue from the accumulators (a whole tile, or the sum of a tile's pieces) ----
+      auto from_acc = [&](int mi, int j, u32& lo, u32& hi) {
+        lo = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
+        hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+      };
+      if (EPILOGUE == 0)
+        epilogue_direct<BN, MI, BN / 8>(from_acc, C, M, N, tile_row, tile_col, t);
+      else
+        epilogue_tma<BN, MI, EPI_N, EPI_N / 16>(from_acc, &tmap_c, my_buf, epi_chunk, M, N,
+                                               tile_row, tile_col, t, cw);
     }
     if (DEFER && pend_row >= 0) flush_pending();
     if (EPILOGUE != 0 && t == 0) bulk_wait_group<0>();

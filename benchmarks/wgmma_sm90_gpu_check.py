@@ -85,7 +85,6 @@ C12 = dict(CLUSTER_M=1, CLUSTER_N=2)
 C22 = dict(CLUSTER_M=2, CLUSTER_N=2)
 PP = dict(SCHEDULE="pingpong")
 OV = dict(EPILOGUE="tma_overlap")
-SK = dict(STREAM_K=1)
 
 
 def correctness_configs() -> list[tuple[str, dict, str]]:
@@ -124,26 +123,21 @@ def correctness_configs() -> list[tuple[str, dict, str]]:
         cfg(**C11, BN=128, SPLIT_K=8, STAGES=5),
         cfg(**C11, BN=192, SPLIT_K=4, STAGES=4, RASTER="n"),
     ]
-    stream_k = [  # every schedule, cluster shape and epilogue; BK=128 (2..8 boxes per stage)
-        cfg(**SK),                                      # 2x1 cooperative 128x256
-        cfg(**SK, **C11),
-        cfg(**SK, **C11, EPILOGUE="direct"),
-        cfg(**SK, **C12, BN=128),
-        cfg(**SK, **C11, **OV, BN=224),
-        cfg(**SK, **C21, **OV, BN=192, RASTER="n", GROUP=2),
-        cfg(**SK, **PP, **C11, BN=128),
-        cfg(**SK, **PP, **C11, BM=64, BN=128, STAGES=6),
-        cfg(**SK, **PP, **C21, BM=64, BN=256, EPILOGUE="direct"),
-        cfg(**SK, **PP, **C12, BN=96, STAGES=6),
+    split = [  # the split-K reduction (into the accumulators) everywhere; BK=128 stages
+        cfg(**C12, BN=96, SPLIT_K=2, STAGES=6),
+        cfg(**C12, BN=192, SPLIT_K=4, STAGES=4, EPILOGUE="direct"),
+        cfg(**C21, BN=128, SPLIT_K=8, STAGES=5, RASTER="n", GROUP=2),
+        cfg(**C11, BN=256, SPLIT_K=2, STAGES=3),
+        cfg(**PP, **C12, BN=96, SPLIT_K=4, STAGES=6),
         cfg(**C11, BK=128, STAGES=2),
         cfg(**C11, BK=128, SWIZZLE=64, BN=128, STAGES=3),
         cfg(**PP, **C11, BM=64, BN=128, BK=128, STAGES=4, SPLIT_K=4),
-        cfg(**SK, **PP, **C11, BM=64, BN=64, BK=128, SWIZZLE=32, STAGES=5),
-        cfg(**SK, **C12, BN=96, BK=128, STAGES=3, EPILOGUE="direct"),
+        cfg(**PP, **C11, BM=64, BN=64, BK=128, SWIZZLE=32, STAGES=5),
+        cfg(**C12, BN=96, BK=128, STAGES=3, SPLIT_K=2, EPILOGUE="direct"),
     ]
     out = [("pingpong", c, "bf16") for c in ping]
-    out += [("streamk", c, "bf16") for c in stream_k]
-    out += [("streamk", cfg(**SK, **PP, **C11, BN=128), "fp16")]
+    out += [("split", c, "bf16") for c in split]
+    out += [("split", cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4), "fp16")]
     out += [("pingpong", cfg(**PP, **C11, BN=128), "fp16")]
     out += [("coop", c, "bf16") for c in coop]
     out += [("coop", cfg(**C21, **OV), "fp16")]
@@ -152,63 +146,39 @@ def correctness_configs() -> list[tuple[str, dict, str]]:
 
 def perf_configs() -> dict[tuple, list[dict]]:
     """The focused candidates per public-suite shape: the round-2 sweep winners
-    (results/wgmma_sm90_h200.json) beside their stream-K and BK=128 variants."""
-    k4096 = [
-        cfg(**C21),                                     # round-2 winner at 4096^3
-        cfg(**C21, **SK),
-        cfg(**C11, **SK),
+    (results/wgmma_sm90_h200.json) and, for the small-M shapes, split-K beside A multicast
+    (1x2 clusters) and BK=128 stages."""
+    big = [
+        cfg(**C21),
         cfg(**C11, **OV, GROUP=4),
-        cfg(**C11, **SK, GROUP=16),
-        cfg(**C11, **SK, **OV, BN=224),
-        cfg(**C21, **SK, EPILOGUE="direct"),
-        cfg(**C11, **SK, BM=256, BN=128),
-    ]
-    k14336 = [
-        cfg(**C11, **OV, GROUP=16),                     # round-2 winner at 2048x4096x14336
-        cfg(**C11, **SK, GROUP=16),
-        cfg(**C21, **SK, GROUP=16),
-        cfg(**C11, **SK),
-        cfg(**C11, **SK, **OV, BN=224, GROUP=16),
-        cfg(**C11, **SK, BM=256, BN=128, GROUP=16),
-        cfg(**PP, **C11, **SK, BN=128, STAGES=6, GROUP=16),
-    ]
-    k8192 = [
+        cfg(**C11, **OV, GROUP=16),
         cfg(**C11, **OV, BN=224, GROUP=16),
-        cfg(**C11, **SK, **OV, BN=224, GROUP=16),
-        cfg(**C11, **SK, GROUP=16),
-    ]
-    k28672 = [
         cfg(**PP, **C11, BN=192, GROUP=16),
-        cfg(**C11, **SK, GROUP=16),
-        cfg(**C11, **SK, **OV, BN=224, GROUP=16),
     ]
     m128 = [  # M=128 N=6144 K=4096
         cfg(**C11, BN=96, SPLIT_K=2, STAGES=7, RASTER="n"),   # round-2 winner
-        cfg(**C11, **SK, BN=96, STAGES=7),
-        cfg(**C11, **SK, BN=128, STAGES=6),
-        cfg(**C11, **SK, BN=64, STAGES=7),
-        cfg(**C12, **SK, BN=96, STAGES=6),
-        cfg(**C12, **SK, BN=128, STAGES=6),
-        cfg(**C11, **SK, BN=96, BK=128, STAGES=3),
+        cfg(**C12, BN=96, SPLIT_K=2, STAGES=6),
+        cfg(**C12, BN=96, SPLIT_K=2, STAGES=7, EPILOGUE="direct"),
+        cfg(**C12, BN=192, SPLIT_K=4, STAGES=4),
+        cfg(**C11, BN=192, SPLIT_K=4, STAGES=4),
+        cfg(**C11, BN=256, SPLIT_K=4, STAGES=4),
+        cfg(**C12, BN=128, SPLIT_K=4, STAGES=6),
         cfg(**C11, BN=96, BK=128, SPLIT_K=2, STAGES=3),
-        cfg(**PP, **C11, **SK, BM=64, BN=96, STAGES=7),
-        cfg(**PP, **C11, **SK, BM=64, BN=192, STAGES=5),
-        cfg(**PP, **C12, **SK, BM=64, BN=128, STAGES=6),
+        cfg(**PP, **C12, BM=64, BN=96, SPLIT_K=2, STAGES=7),
     ]
     m16 = [  # M=16 N=4096 K=14336: memory-bound
         cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=6, GROUP=16),  # round-2 winner
-        cfg(**PP, **C11, **SK, BM=64, BN=128, STAGES=6),
-        cfg(**PP, **C11, **SK, BM=64, BN=128, STAGES=7),
-        cfg(**PP, **C11, **SK, BM=64, BN=64, STAGES=7),
-        cfg(**PP, **C11, **SK, BM=64, BN=256, STAGES=4),
-        cfg(**PP, **C11, **SK, BM=64, BN=128, BK=128, STAGES=4),
+        cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=7),
+        cfg(**PP, **C11, BM=64, BN=256, SPLIT_K=8, STAGES=4),
+        cfg(**PP, **C11, BM=64, BN=64, SPLIT_K=2, STAGES=7),
         cfg(**PP, **C11, BM=64, BN=128, BK=128, STAGES=4, SPLIT_K=4),
-        cfg(**PP, **C11, **SK, BM=64, BN=64, BK=128, STAGES=6),
-        cfg(**C11, **SK, BN=128, STAGES=5),
-        cfg(**PP, **C11, **SK, BM=64, BN=128, STAGES=6, EPILOGUE="direct"),
+        cfg(**C11, BN=256, SPLIT_K=8, STAGES=4),
+        cfg(**C11, BN=128, SPLIT_K=4, STAGES=5),
     ]
-    return {(4096, 4096, 4096): k4096, (8192, 8192, 8192): k8192, (8192, 28672, 4096): k28672,
-            (128, 6144, 4096): m128, (16, 4096, 14336): m16, (2048, 4096, 14336): k14336}
+    out = {}
+    for shape in PERF_SHAPES:
+        out[shape] = m128 if shape[0] == 128 else m16 if shape[0] == 16 else big
+    return out
 
 
 def sanitize_configs() -> list[tuple[dict, tuple]]:
@@ -400,7 +370,7 @@ def main() -> int:
         print(f"  compile failure: {k[:160]}: {(r.get('sass') or r['log'])[-300:]}")
 
     verify_rows = []
-    for group in ("pingpong", "coop", "streamk"):
+    for group in ("pingpong", "coop", "split"):
         group_jobs = [j for j in jobs if j["group"] == group]
         if group_jobs:
             print(f"== correctness: {group} ({len(group_jobs)} configs)", flush=True)

@@ -22,9 +22,7 @@
 // (ping-pong: two consecutive ones, one per consumer).
 // SPLIT_K > 1: each split writes an fp32 partial to the workspace; the last split to arrive at
 // the per-tile counter sums splits 0..S-1 in index order (deterministic), writes C and resets
-// the counter. STREAM_K (persistent): the tiles of what would be a last, partial wave are cut
-// into equal k-block ranges, one per cluster, done before the whole tiles; a tile cut across
-// clusters is summed the same way, its pieces in cluster order. EPILOGUE 0: guarded direct stores; 1: registers -> swizzled smem -> TMA store;
+// the counter. EPILOGUE 0: guarded direct stores; 1: registers -> swizzled smem -> TMA store;
 // 2: like 1, but the finished tile is packed to 16 bits in registers and stored while the next
 // tile's first wgmma group runs (hides the cooperative epilogue; SPLIT_K == 1).
 #include "tunefw/sm90.cuh"
@@ -71,112 +69,44 @@ __host__ __device__ __forceinline__ void cluster_tile(int t, int cm_tiles, int c
   tn = cn * CLUSTER_N + ry;
 }
 
-// One unit of work: cluster tile t over k-blocks [kb0, kb1). piece < 0: the whole tile; else a
-// partial, published to workspace slot `piece` (split-K: the split index; stream-K: 0 for the
-// cluster's first piece, 1 for its last) and summed by the last piece of the tile to arrive.
+// One unit of work: cluster tile t over k-blocks [kb0, kb1); split >= 0 (split-K only): the
+// index of the split, whose fp32 partial the last split to arrive sums with the others.
 struct Unit {
-  int t, kb0, kb1, piece;
+  int t, kb0, kb1, split;
 };
 
-// Stream-K: the first `ncl` clusters (at most one per k-block, so no range is empty) cut the
-// first sk_tiles tiles' sk_tiles * k_iters k-blocks into equal ranges; cluster c's range starts
-// at k-block sk_begin(c) of that space.
-__host__ __device__ __forceinline__ long long sk_begin(int c, int ncl, int sk_tiles, int k_iters) {
-  return (long long)c * sk_tiles * k_iters / ncl;
-}
-
-// The last cluster whose stream-K range starts at or before k-block x (0 <= x < the space).
-__host__ __device__ __forceinline__ int sk_owner(long long x, int ncl, int sk_tiles, int k_iters) {
-  const long long space = (long long)sk_tiles * k_iters;
-  int c = (int)(x * ncl / space);
-  while (c + 1 < ncl && sk_begin(c + 1, ncl, sk_tiles, k_iters) <= x) ++c;
-  while (c > 0 && sk_begin(c, ncl, sk_tiles, k_iters) > x) --c;
-  return c;
-}
-
-// The units of cluster `cid`, in the same order in every role and every CTA of the cluster.
-//  STREAM_K == 0: work items w = tile * SPLIT_K + split; a persistent grid strides by the
-//    cluster count, a non-persistent one takes PER_CLUSTER consecutive items.
-//  STREAM_K == 1 (persistent, no split-K): the tiles that would form a last, partial wave
-//    (tiles % ncl; all of them when fewer than ncl) are shared out as equal k-block ranges, one
-//    per cluster and done first; then whole tiles, one per cluster per wave. Wave quantization
-//    (4096^3 in 128x256 tiles: 3.88 waves on 132 SMs) no longer idles SMs for a whole tile.
-template <int PERSISTENT, int PER_CLUSTER, int SPLIT_K, int STREAM_K>
+// The units of cluster `cid` (work items w = tile * SPLIT_K + split), in the same order in every
+// role and every CTA of the cluster: a persistent grid strides by the cluster count, a
+// non-persistent one takes PER_CLUSTER consecutive items. Host code too, so that a test can
+// check on a CPU that every k-block of every tile is done once (tests/test_wgmma_schedule.py).
+template <int PERSISTENT, int PER_CLUSTER, int SPLIT_K>
 struct WorkList {
-  int k_iters, ncl, sk_tiles, sk_clusters, count;
-  int pos, pos_begin, pos_end;  // stream-K range (k-blocks; the space is < ncl * k_iters)
-  int w, w_end, w_step;               // work items (tiles x splits, or stream-K's whole tiles)
+  int k_iters, count;
+  int w, w_end, w_step;
 
-  __host__ __device__ __forceinline__ WorkList(int cid, int ncl_, int tiles, int k_iters_)
-      : k_iters(k_iters_), ncl(ncl_) {
-    if (STREAM_K) {
-      const int waves = tiles / ncl;
-      sk_tiles = tiles - waves * ncl;
-      const long long space = (long long)sk_tiles * k_iters;
-      sk_clusters = space < ncl ? (int)space : ncl;
-      pos = pos_begin = cid < sk_clusters ? (int)sk_begin(cid, sk_clusters, sk_tiles, k_iters) : 0;
-      pos_end = cid < sk_clusters ? (int)sk_begin(cid + 1, sk_clusters, sk_tiles, k_iters) : 0;
-      w = sk_tiles + cid;
-      w_end = tiles;
-      w_step = ncl;
-      count = (pos_end > pos_begin ? (pos_end - 1) / k_iters - pos_begin / k_iters + 1 : 0) + waves;
-    } else if (PERSISTENT) {
-      sk_tiles = sk_clusters = 0;
-      pos = pos_begin = pos_end = 0;
+  __host__ __device__ __forceinline__ WorkList(int cid, int ncl, int tiles, int k_iters_)
+      : k_iters(k_iters_) {
+    const int total = tiles * SPLIT_K;
+    if (PERSISTENT) {
       w = cid;
-      w_end = tiles * SPLIT_K;
+      w_end = total;
       w_step = ncl;
-      count = w < w_end ? (w_end - w + w_step - 1) / w_step : 0;
     } else {
-      sk_tiles = sk_clusters = 0;
-      pos = pos_begin = pos_end = 0;
       w = cid * PER_CLUSTER;
-      const int total = tiles * SPLIT_K;
       w_end = w + PER_CLUSTER < total ? w + PER_CLUSTER : total;
       w_step = 1;
-      count = w < w_end ? w_end - w : 0;
     }
+    count = w < w_end ? (w_end - w + w_step - 1) / w_step : 0;
   }
 
   __host__ __device__ __forceinline__ bool next(Unit& u) {
-    if (STREAM_K && pos < pos_end) {
-      u.t = pos / k_iters;
-      u.kb0 = pos - u.t * k_iters;
-      const int left = pos_end - pos;
-      u.kb1 = left < k_iters - u.kb0 ? u.kb0 + left : k_iters;
-      u.piece = (u.kb0 == 0 && u.kb1 == k_iters) ? -1 : (pos == pos_begin ? 0 : 1);
-      pos += u.kb1 - u.kb0;
-      return true;
-    }
     if (w >= w_end) return false;
-    if (STREAM_K || SPLIT_K == 1) {
-      u.t = w;
-      u.kb0 = 0;
-      u.kb1 = k_iters;
-      u.piece = -1;
-    } else {
-      const int split = w % SPLIT_K;
-      u.t = w / SPLIT_K;
-      u.kb0 = split * k_iters / SPLIT_K;
-      u.kb1 = (split + 1) * k_iters / SPLIT_K;
-      u.piece = split;
-    }
+    u.split = SPLIT_K == 1 ? -1 : w % SPLIT_K;
+    u.t = SPLIT_K == 1 ? w : w / SPLIT_K;
+    u.kb0 = SPLIT_K == 1 ? 0 : u.split * k_iters / SPLIT_K;
+    u.kb1 = SPLIT_K == 1 ? k_iters : (u.split + 1) * k_iters / SPLIT_K;
     w += w_step;
     return true;
-  }
-
-  // Stream-K tile t (< sk_tiles) was computed by clusters c_lo .. c_lo + pieces - 1; returns
-  // how many (1: the tile was done whole, nothing was published).
-  __host__ __device__ __forceinline__ int pieces_of(int t, int& c_lo) const {
-    const long long k0 = (long long)t * k_iters;
-    c_lo = sk_owner(k0, sk_clusters, sk_tiles, k_iters);
-    return sk_owner(k0 + k_iters - 1, sk_clusters, sk_tiles, k_iters) - c_lo + 1;
-  }
-
-  // The slot cluster c published its piece of stream-K tile t in: 0 when the piece starts its
-  // range (the `piece` its Unit carried), 1 when the range began in an earlier tile.
-  __host__ __device__ __forceinline__ int slot_of(int c, int t) const {
-    return sk_begin(c, sk_clusters, sk_tiles, k_iters) < (long long)t * k_iters;
   }
 };
 
@@ -260,8 +190,7 @@ __device__ __forceinline__ void epilogue_tma(Src&& src, const void* tmap_c, u32 
 }  // namespace tunefw
 
 template <int DTYPE, int BM, int BN, int BK, int STAGES, int SWIZZLE, int CLUSTER_M, int CLUSTER_N,
-          int SCHEDULE, int PERSISTENT, int RASTER, int GROUP, int SPLIT_K, int EPILOGUE,
-          int STREAM_K>
+          int SCHEDULE, int PERSISTENT, int RASTER, int GROUP, int SPLIT_K, int EPILOGUE>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_sm90(const __grid_constant__ CUtensorMap tmap_a,
                     const __grid_constant__ CUtensorMap tmap_b,
@@ -298,8 +227,7 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(SPLIT_K >= 1, "split");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2 && (EPILOGUE != 2 || SPLIT_K == 1),
                 "EPILOGUE 2 (deferred TMA store) needs SPLIT_K == 1");
-  static_assert(!STREAM_K || (PERSISTENT && SPLIT_K == 1), "STREAM_K: persistent, no split-K");
-  using Work = WorkList<PERSISTENT, PER_CLUSTER, SPLIT_K, STREAM_K>;
+  using Work = WorkList<PERSISTENT, PER_CLUSTER, SPLIT_K>;
 
   extern __shared__ unsigned char smem_raw[];
   const u32 smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -513,30 +441,16 @@ __global__ void __launch_bounds__(384, 1)
 
       const int tile_row = tm * BM + row0;
       const int tile_col = tn * BN;
-      // Compile-time false for configs without split-K or stream-K.
-      const bool partial = (STREAM_K || SPLIT_K > 1) && u.piece >= 0;
-      if (partial) {
-        // ---- a partial tile: publish it; the last piece to arrive sums all of them ----
+      if (SPLIT_K > 1) {
+        // ---- split-K: publish the partial; the last split to arrive sums all of them ----
         const int tile_id = tm * num_n + tn;
         int* counters = reinterpret_cast<int*>(workspace);
         const int cnt_region = ((num_m * num_n + 63) / 64) * 64;
         const size_t tile_floats = (size_t)BM * BN;
         const size_t wg_off = SCHEDULE == 0 ? (size_t)cw * WG_M * BN : 0;
-        const float* slots = workspace + cnt_region + wg_off + t * 4;
-        // Piece p of this tile: split-K, slot p of the tile; stream-K, a slot of the cluster
-        // c_lo + p that computed it (0: the first piece of that cluster's range, 1: its last),
-        // at this CTA's rank in the cluster.
-        const int rank = rx + ry * CLUSTER_M;
-        int c_lo = 0, pieces = SPLIT_K;
-        if (STREAM_K) pieces = work.pieces_of(u.t, c_lo);
-        auto piece_at = [&](int p) -> const float* {
-          if (!STREAM_K) return slots + ((size_t)tile_id * SPLIT_K + p) * tile_floats;
-          const int c = c_lo + p;
-          return slots + ((size_t)(c * CS + rank) * 2 + work.slot_of(c, u.t)) * tile_floats;
-        };
-        float* mine = const_cast<float*>(
-            STREAM_K ? slots + ((size_t)(cid * CS + rank) * 2 + u.piece) * tile_floats
-                     : piece_at(u.piece));
+        const float* parts =
+            workspace + cnt_region + (size_t)tile_id * SPLIT_K * tile_floats + wg_off + t * 4;
+        float* mine = const_cast<float*>(parts) + (size_t)u.split * tile_floats;
         // A warp's 16 rows of block mi: partials of rows past M are neither written nor read
         // (at M = 16 that is 3/4 of a 64-row tile's reduction traffic).
         auto rows_live = [&](int mi) { return tile_row + mi * 64 + (t / 32) * 16 < M; };
@@ -554,22 +468,22 @@ __global__ void __launch_bounds__(384, 1)
         named_bar_sync(bar_id, bar_n);
         if (t == 0 && (SCHEDULE == 1 || cw == 0)) {
           const int old = atomicAdd(counters + tile_id, 1);
-          const int last = old == pieces - 1;
+          const int last = old == SPLIT_K - 1;
           if (last) counters[tile_id] = 0;  // ready for the next launch
           flags[slot] = last;
         }
         named_bar_sync(bar_id, bar_n);
         if (!flags[slot]) continue;
         __threadfence();
-        // Pieces 0..P-1 summed into the accumulators in index order whichever arrived last
-        // (deterministic); a piece's loads are issued together, one L2 round trip per piece.
+        // Splits 0..S-1 summed into the accumulators in index order whichever arrived last
+        // (deterministic); a split's loads are issued together, one L2 round trip per split.
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.f;
 #pragma unroll 1
-        for (int sp = 0; sp < pieces; ++sp) {
-          const float* src = piece_at(sp);
+        for (int sp = 0; sp < SPLIT_K; ++sp) {
+          const float* src = parts + (size_t)sp * tile_floats;
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi)
             if (rows_live(mi))
@@ -595,7 +509,7 @@ __global__ void __launch_bounds__(384, 1)
         pend_col = tile_col;
         continue;
       }
-      // ---- epilogue from the accumulators (a whole tile, or the sum of a tile's pieces) ----
+      // ---- epilogue from the accumulators (a whole tile, or the sum of its splits) ----
       auto from_acc = [&](int mi, int j, u32& lo, u32& hi) {
         lo = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
         hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);

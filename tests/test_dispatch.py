@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import pytest
 
@@ -70,18 +69,3 @@ def test_not_json(tmp_path):
     path.write_text("{nope")
     with pytest.raises(UserError, match="not JSON"):
         dispatch.load(path)
-
-
-def test_tables_written_before_a_knob_existed_load_with_its_legacy_value(tmp_path):
-    """The committed H200 table predates STREAM_K: it loads, and its kernels run as they did."""
-    fam = FAMILIES["wgmma_sm90"]
-    old = {k: v for k, v in fam.default_config().items() if k != "STREAM_K"}
-    table = dispatch.load(_write(tmp_path, [_entry(4096, 4096, 4096, "wgmma_sm90", old)]))
-    assert table.lookup(GemmProblem(4096, 4096, 4096)).config == dict(old, STREAM_K=0)
-    # A knob without a legacy value is still required.
-    del old["BM"]
-    with pytest.raises(UserError, match="missing parameter BM"):
-        dispatch.load(_write(tmp_path, [_entry(4096, 4096, 4096, "wgmma_sm90", old)]))
-    repo = Path(__file__).resolve().parent.parent
-    committed = dispatch.load(repo / "benchmarks/results/dispatch_wgmma_sm90_h200.json")
-    assert all(e.config["STREAM_K"] == 0 for e in committed.entries)

@@ -77,7 +77,7 @@ def test_default_config_is_sound_for_big_shapes():
     c = T.default_config()
     assert c == dict(BM=128, BN=256, BK=64, STAGES=4, SWIZZLE=128, CLUSTER_M=2, CLUSTER_N=1,
                      SCHEDULE="cooperative", PERSISTENT=1, RASTER="m", GROUP=8, SPLIT_K=1,
-                     EPILOGUE="tma", STREAM_K=0)
+                     EPILOGUE="tma")
     for problem in LARGE:
         assert T.check(c, problem, H200) is None
     assert T.accumulators_per_thread(c) == 128
@@ -89,7 +89,7 @@ def test_template_args_follow_the_kernel_signature():
     names = [re.sub(r"/\*.*?\*/", "", part).split()[-1] for part in decl.split(",")]
     assert names == ["DTYPE"] + list(T.param_names)
     assert (T.name_expression(T.default_config(), "bf16")
-            == "gemm_wgmma_sm90<0, 128, 256, 64, 4, 128, 2, 1, 0, 1, 0, 8, 1, 1, 0>")
+            == "gemm_wgmma_sm90<0, 128, 256, 64, 4, 128, 2, 1, 0, 1, 0, 8, 1, 1>")
     assert T.template_args(T.default_config(), "fp16")[0] == "1"
     sig = re.search(r"gemm_wgmma_sm90\(([^)]*)\)", text).group(1)
     assert [a.split()[-1].lstrip("*") for a in sig.split(",")] == \
@@ -121,10 +121,6 @@ REJECTS = [
     (dict(EPILOGUE="tma_overlap", SCHEDULE="pingpong", BN=128), BIG, H200, "EPILOGUE"),
     (dict(EPILOGUE="tma_overlap", SPLIT_K=2), BIG, H200, "EPILOGUE"),
     (dict(EPILOGUE="tma_overlap", BN=192, BM=256, STAGES=3), BIG, H200, "EPILOGUE"),  # 192 + 96
-    (dict(STREAM_K=1, PERSISTENT=0), BIG, H200, "PERSISTENT"),
-    (dict(STREAM_K=1, SPLIT_K=2), BIG, H200, "SPLIT_K"),
-    (dict(STREAM_K=1, SCHEDULE="pingpong", BN=192), BIG, H200, "STREAM_K"),  # 192 acc
-    (dict(STREAM_K=1, EPILOGUE="tma_overlap"), BIG, H200, "STREAM_K"),     # 128 + 64 values
     (dict(BK=128, STAGES=3), BIG, H200, "STAGES"),                         # 96 KB stages
     (dict(), BIG, A100, "compute capability"),
     (dict(), BIG, replace(H200, arch_suffix=""), "compute capability"),
@@ -153,9 +149,9 @@ def test_check_is_fast_and_the_space_is_mostly_reachable():
     valid = sum(T.check(c, BIG, H200) is None for c in configs)
     per = (time.perf_counter() - t0) / len(configs)
     assert per < 50e-6, f"check() takes {per * 1e6:.1f} us per config"
-    # Samplers draw from the whole space: at least 1 in 12 points must be runnable at 4096^3
-    # (BK=128 fits few tiles, stream-K excludes split-K and one-shot grids).
-    assert valid > 20000 / 12
+    # Samplers draw from the whole space: at least 1 in 10 points must be runnable at 4096^3
+    # (BK=128 stages fit few tiles).
+    assert valid > 20000 / 10
 
 
 # ---- launch geometry, workspace, tensor maps, arguments ---------------------------------------

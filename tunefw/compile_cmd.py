@@ -43,7 +43,6 @@ def parse_config(template: KernelTemplate, text: str) -> dict:
         raise UserError(f"--config: not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(config, dict):
         raise UserError("--config: expected a JSON object, e.g. '{\"BM\": 128}'")
-    config = template.complete(config)
     reason = template.space_reason(config)
     if reason:
         raise UserError(f"--config: {reason}")

@@ -80,14 +80,13 @@ def _entry(i: int, raw: object, path: str) -> DispatchEntry:
     if family is None:
         raise UserError(f"{path}: entries[{i}].family={raw['family']!r}: expected one of "
                         f"{', '.join(sorted(FAMILIES))}")
-    config = family.complete(raw["config"]) if isinstance(raw["config"], dict) else None
-    if config is None or family.space_reason(config):
-        reason = family.space_reason(config) if config is not None else "not an object"
+    if not isinstance(raw["config"], dict) or family.space_reason(raw["config"]):
+        reason = family.space_reason(raw["config"]) if isinstance(raw["config"], dict) else "not an object"
         raise UserError(f"{path}: entries[{i}].config: {reason}")
     if not isinstance(raw["tflops"], (int, float)):
         raise UserError(f"{path}: entries[{i}].tflops: expected a number")
     return DispatchEntry(problem.M, problem.N, problem.K, problem.dtype, problem.layout,
-                         raw["family"], config, float(raw["tflops"]),
+                         raw["family"], dict(raw["config"]), float(raw["tflops"]),
                          raw["cublas_tflops"], int(raw["trial_id"]))
 
 

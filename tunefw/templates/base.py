@@ -38,9 +38,6 @@ class Param:
     name: str
     values: tuple
     help: str
-    # The value configs recorded before this knob existed ran with (None: none, it was always
-    # there): dispatch tables and --config JSON written then still load.
-    legacy: Any = None
 
 
 @dataclass(frozen=True)
@@ -109,11 +106,6 @@ class KernelTemplate:
                 digest.update(path.relative_to(TEMPLATE_DIR).as_posix().encode())
                 digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
-
-    def complete(self, config: Config) -> dict:
-        """The config with knobs added since it was recorded set to their legacy values."""
-        return {**{p.name: p.legacy for p in self.params
-                   if p.legacy is not None and p.name not in config}, **config}
 
     def space_reason(self, config: Config) -> str | None:
         """Why a config is outside the declared space (missing/unknown keys, bad values)."""

@@ -5,6 +5,7 @@ edge shapes, verifying each output; the parent runs the child under each sanitiz
 records its ERROR SUMMARY and the children's verdicts. Writes $OUT/sanitize_<family>.json (or --out).
 
     python3 benchmarks/sanitize_h200.py --family mma_sm80 --tools memcheck --sample 6
+    python3 benchmarks/sanitize_h200.py --family wgmma_sm90 --tools memcheck,racecheck --split-k
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from pathlib import Path
 SHAPES = [(17, 24, 40), (129, 136, 264), (300, 1000, 520)]
 
 
-def sample_configs(family: str, n: int, seed: int) -> list[dict]:
-    """n random configs valid on every sample shape (defaults first)."""
+def sample_configs(family: str, n: int, seed: int, split_k: bool = False) -> list[dict]:
+    """n random configs valid on every sample shape (defaults first); split_k: the sampled ones
+    all split K (the partial-sum and reduction path)."""
     from tunefw.device import H200
     from tunefw.problem import GemmProblem
     from tunefw.templates import get_family
@@ -32,6 +34,8 @@ def sample_configs(family: str, n: int, seed: int) -> list[dict]:
     configs = [tpl.default_config()]
     while len(configs) < n:
         config = {p.name: rng.choice(p.values) for p in tpl.params}
+        if split_k and config.get("SPLIT_K", 1) == 1:
+            continue
         if config not in configs and all(tpl.check(config, p, H200) is None for p in problems):
             configs.append(config)
     return configs
@@ -102,14 +106,17 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--configs")
+    ap.add_argument("--split-k", action="store_true",
+                    help="sample only configs with SPLIT_K > 1 (after the default config)")
     args = ap.parse_args()
     if args.child:
         child(args.family, json.loads(args.configs))
         return 0
-    configs = sample_configs(args.family, args.sample, args.seed)
+    configs = sample_configs(args.family, args.sample, args.seed, args.split_k)
     tools = [run_tool(t, args.family, configs, args.timeout) for t in args.tools.split(",")]
     result = {"script": "benchmarks/sanitize_h200.py", "date": datetime.date.today().isoformat(),
-              "family": args.family, "shapes": SHAPES, "configs": configs, "tools": tools}
+              "family": args.family, "shapes": SHAPES, "split_k_only": args.split_k,
+              "configs": configs, "tools": tools}
     out = args.out or Path(os.environ.get("OUT", ".")) / f"sanitize_{args.family}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for t in tools:

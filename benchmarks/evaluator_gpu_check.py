@@ -49,11 +49,16 @@ def child(jobs: list[dict], cache_dir: str) -> None:
     evaluator = CudaEvaluator(0, families={**FAMILIES, "fault": FaultFamily()})
     arch = evaluator.device_spec().arch
     print(MARK + json.dumps({"fingerprint": evaluator.fingerprint(), "arch": arch}), flush=True)
+    # Every kernel is compiled before the first trial, as a sweep's pool compiles ahead of the
+    # GPU: a compile between two trials idles the GPU for about a second, and the screen after
+    # it then runs on a boosted clock (8% fast on the H200).
+    compiled_jobs = []
     for job in jobs:
-        family = evaluator.families[job["family"]]
         source = FAULT_DIR if job["family"] == "fault" else None
-        compiled = compile_kernel(family, job["config"], job["problem"]["dtype"], arch,
-                                  cache_dir=cache_dir, source_dir=source)
+        compiled_jobs.append(compile_kernel(evaluator.families[job["family"]], job["config"],
+                                            job["problem"]["dtype"], arch, cache_dir=cache_dir,
+                                            source_dir=source))
+    for job, compiled in zip(jobs, compiled_jobs):
         spec = TrialSpec(job["id"], job["family"], job["config"], job["problem"], job["timeout_s"])
         run = evaluator.confirm if job["kind"] == "confirm" else evaluator.evaluate
         outcome = run(spec, compiled).as_dict()

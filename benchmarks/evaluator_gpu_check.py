@@ -243,6 +243,12 @@ def main() -> None:
                           "after": f"screens of {len(others)} other configs of the shape",
                           "median_ms": medians,
                           "tflops": [s.get("tflops") for s in screens],
+                          # NVML right after each screen: a screen on a dipped clock shows it.
+                          "after_each": [{k: (s.get("fingerprint") or {}).get(k) for k in
+                                          ("sm_clock_mhz", "power_w", "temperature_c")}
+                                         for s in screens],
+                          "max_from_median": (max(abs(x - statistics.median(medians)) for x in medians)
+                                              / statistics.median(medians)) if medians else None,
                           "cublas_tflops": screens[0].get("cublas_tflops"),
                           "spread": spread, "within_2pct": spread is not None and spread <= 0.02},
         "confirm": {k: confirm.get(k) for k in ("status", "median_ms", "min_ms", "iqr_ms", "tflops",

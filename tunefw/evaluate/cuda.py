@@ -340,7 +340,8 @@ class CudaEvaluator:
 
 
 class _Nvml:
-    """SM clock and power limit of one GPU via NVML; None where NVML cannot tell."""
+    """SM clock, power (limit and draw) and temperature of one GPU via NVML; None where NVML
+    cannot tell. Read at the end of each trial: a screen that ran on a dipped clock shows it."""
 
     def __init__(self, uuid: str) -> None:
         try:
@@ -354,8 +355,11 @@ class _Nvml:
 
     def now(self) -> dict:
         if self._handle is None:
-            return {"driver": None, "sm_clock_mhz": None, "power_limit_w": None}
+            return {"driver": None, "sm_clock_mhz": None, "power_limit_w": None,
+                    "power_w": None, "temperature_c": None}
         nvml = self._nvml
         return {"driver": self.driver,
                 "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(self._handle, nvml.NVML_CLOCK_SM),
-                "power_limit_w": nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0}
+                "power_limit_w": nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0,
+                "power_w": nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0,
+                "temperature_c": nvml.nvmlDeviceGetTemperature(self._handle, nvml.NVML_TEMPERATURE_GPU)}

@@ -43,8 +43,8 @@ constexpr int kOrderBar = 4;  // named barriers 4, 5: ping-pong main-loop turns 
 
 // Maps cluster tile t (raster order) to this CTA's tile (tm, tn).
 template <int CLUSTER_M, int CLUSTER_N, int RASTER, int GROUP>
-__host__ __device__ __forceinline__ void cluster_tile(int t, int cm_tiles, int cn_tiles, int rx, int ry,
-                                             int& tm, int& tn) {
+__host__ __device__ __forceinline__ void cluster_tile(int t, int cm_tiles, int cn_tiles, int rx,
+                                                      int ry, int& tm, int& tn) {
   int cm, cn;
   if (RASTER == 0) {  // bands of GROUP cluster-rows, M fastest inside a band
     const int band = GROUP * cn_tiles;

@@ -223,7 +223,8 @@ def main() -> None:
     confirm = outcomes[repeats[-1]["id"]]
     screens = [outcomes[j["id"]] for j in repeats[:-1] if not j.get("lead_in")]
     medians = [s["median_ms"] for s in screens if s["status"] == "OK"]
-    spread = (max(medians) - min(medians)) / statistics.median(medians) if len(medians) == 5 else None
+    mid = statistics.median(medians) if medians else None
+    spread = (max(medians) - min(medians)) / mid if len(medians) == 5 else None
     row = {"family": args.family, "dtype": "bf16", "M": m, "N": n, "K": k, "config": config,
            "tflops": confirm.get("tflops"), "cublas_tflops": confirm.get("cublas_tflops"),
            "ratio": (confirm["tflops"] / confirm["cublas_tflops"]) if confirm.get("tflops") else None,
@@ -247,8 +248,8 @@ def main() -> None:
                           "after_each": [{k: (s.get("fingerprint") or {}).get(k) for k in
                                           ("sm_clock_mhz", "power_w", "temperature_c")}
                                          for s in screens],
-                          "max_from_median": (max(abs(x - statistics.median(medians)) for x in medians)
-                                              / statistics.median(medians)) if medians else None,
+                          "max_from_median": (max(abs(x - mid) for x in medians) / mid
+                                              if medians else None),
                           "cublas_tflops": screens[0].get("cublas_tflops"),
                           "spread": spread, "within_2pct": spread is not None and spread <= 0.02},
         "confirm": {k: confirm.get(k) for k in ("status", "median_ms", "min_ms", "iqr_ms", "tflops",

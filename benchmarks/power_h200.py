@@ -133,11 +133,12 @@ def main() -> int:
                                                      args.settle, nvml)})
         mine = [r for r in runs if r["kernel"] == "tunefw"]
         ref = [r for r in runs if r["kernel"] == "cublas"]
-        best = lambda rs, k: statistics.mean(r[k] for r in rs)  # noqa: E731
+        def mean_of(rs: list[dict], key: str) -> float:
+            return statistics.mean(r[key] for r in rs)
         row = {"M": e.M, "N": e.N, "K": e.K, "family": e.family, "config": e.config, "runs": runs,
-               "ratio": best(mine, "tflops") / best(ref, "tflops")}
+               "ratio": mean_of(mine, "tflops") / mean_of(ref, "tflops")}
         if all(r["joules_per_gemm"] for r in runs):
-            row["energy_ratio"] = best(mine, "joules_per_gemm") / best(ref, "joules_per_gemm")
+            row["energy_ratio"] = mean_of(mine, "joules_per_gemm") / mean_of(ref, "joules_per_gemm")
         rows.append(row)
         write(args, rows, nvml, partial=True)  # a cut run keeps what it measured
         print(f"{e.M}x{e.N}x{e.K}: ratio {row['ratio']:.3f} energy {row.get('energy_ratio', 0):.3f}  "

@@ -1,5 +1,5 @@
 // Host build of wgmma_sm90's work scheduler (the kernel's own WorkList and tile raster): prints
-// every unit each CTA of each cluster takes, so tests/test_wgmma_schedule.py can check on a CPU
+// every unit each CTA (by its rank in the cluster) of each cluster takes, so tests/test_wgmma_schedule.py can check on a CPU
 // that every k-block of every tile is done exactly once.
 //   wgmma_schedule MODE M_TILES N_TILES K_ITERS CLUSTERS
 //   MODE: persistent_split4_2x1 | persistent_1x2_rn | oneshot_pingpong
@@ -23,7 +23,8 @@ static void dump(int num_m, int num_n, int k_iters, int clusters) {
         for (int ry = 0; ry < CN; ++ry) {
           int tm, tn;
           cluster_tile<CM, CN, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
-          std::printf("unit %d %d %d %d %d %d\n", c, tm, tn, u.kb0, u.kb1, u.split);
+          std::printf("unit %d %d %d %d %d %d %d\n", c, rx + ry * CM, tm, tn, u.kb0, u.kb1,
+                      u.split);
         }
   }
 }

@@ -4,14 +4,22 @@ Why: the sweeps say where tunefw loses to cuBLAS, not why. Under Nsight Compute 
 --clock-control none: the clocks stay the GPU's own) this runs, per table entry, the tuned
 kernel and then torch.mm (cuBLAS) a few times each, so that ncu can report both kernels' time,
 DRAM and L2 bytes and throughputs, and the name of the kernel cuBLAS chose (its name encodes
-its tile, stages and cluster shape). The script itself only launches; ncu writes the report.
+its tile, stages and cluster shape). The script only launches; ncu writes a CSV, which
+``--summarize`` (on any machine) turns into the result JSON, a row per shape.
 
-    ncu --clock-control none --csv --page raw --metrics <list> -k regex:. \
-        python3 benchmarks/profile_h200.py --table benchmarks/results/dispatch_wgmma_sm90_r3_h200.json
+    ncu --clock-control none --csv --page raw --section SpeedOfLight --section LaunchStats \
+        --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpc__cycles_elapsed.avg.per_second \
+        -k 'regex:gemm|nvjet|xmma|cutlass|splitK|reduce|Kernel' \
+        python3 benchmarks/profile_h200.py --table T --shapes S > profile.csv
+    python3 benchmarks/profile_h200.py --table T --shapes S --summarize profile.csv --out R.json
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -25,7 +33,18 @@ def main() -> int:
     ap.add_argument("--shapes", default="", help="MxNxK,... (default: every entry >= --min-gflop)")
     ap.add_argument("--min-gflop", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2, help="launches of each kernel per shape")
+    ap.add_argument("--summarize", type=Path, metavar="CSV", help="turn ncu's CSV into --out JSON")
+    ap.add_argument("--out", type=Path, help="result JSON (with --summarize)")
+    ap.add_argument("--device", default="", help="'name, driver, power limit, max SM clock'")
+    ap.add_argument("--script-commit", default="", help="the commit of this script that ran")
     args = ap.parse_args()
+    if args.summarize:
+        result = summarize(args.summarize, args)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        for row in result["rows"]:
+            print(f"{row['shape']}: tunefw {row['tunefw']['time_us']:.1f} us, cuBLAS "
+                  f"{row['cublas']['time_us']:.1f} us ({', '.join(row['cublas']['kernels'])})")
+        return 0
 
     import torch
 
@@ -60,6 +79,65 @@ def main() -> int:
         err = float((c.float() - c_ref.float()).norm() / c_ref.float().norm())
         print(f"{e.M}x{e.N}x{e.K}: {plan.entry.config} rel diff vs cuBLAS {err:.2e}", flush=True)
     return 0
+
+
+TUNEFW_KERNEL = "void gemm_wgmma_sm90"
+FRAMEWORK_KERNEL = "void at::"  # torch's own kernels (the norm of the check), not GEMM work
+METRICS = {"time_us": ("gpu__time_duration.sum", 1e-3), "dram_read_mb": ("dram__bytes_read.sum", 1e-6),
+           "l2_mb": ("lts__t_bytes.sum", 1e-6), "sm_clock_mhz": ("gpc__cycles_elapsed.avg.per_second", 1e-6),
+           "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
+           "l2_throughput_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0)}
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _side(launches: list[list[dict]]) -> dict:
+    """Median over the launches of one side; a launch = its kernels (cuBLAS may add a reduce)."""
+    out = {"kernels": [r["Kernel Name"] for r in launches[0]], "launches": len(launches),
+           "grid": [int(_number(r["launch__grid_size"])) for r in launches[0]],
+           "cluster": [int(_number(r.get("launch__cluster_dim_x") or "0") or 1) for r in launches[0]]}
+    for key, (metric, scale) in METRICS.items():
+        per_launch = []
+        for kernels in launches:
+            values = [_number(r[metric]) * scale for r in kernels]
+            per_launch.append(sum(values) if key in ("time_us", "dram_read_mb", "l2_mb")
+                              else max(values))
+        out[key] = statistics.median(per_launch)
+    return out
+
+
+def summarize(csv_path: Path, args: argparse.Namespace) -> dict:
+    """A row per shape: tunefw's and cuBLAS's kernels side by side (medians over launches).
+    Rows come in launch order: per shape, tunefw x repeats, then cuBLAS x repeats."""
+    lines = [ln for ln in csv_path.read_text().splitlines() if ln.startswith('"')]
+    rows = [r for r in csv.DictReader(lines) if r.get("ID", "").isdigit()]
+    rows = [r for r in rows if not r["Kernel Name"].startswith(FRAMEWORK_KERNEL)]
+    blocks: list[list[dict]] = []
+    for r in rows:
+        ours = r["Kernel Name"].startswith(TUNEFW_KERNEL)
+        if ours and (not blocks or not blocks[-1][-1]["Kernel Name"].startswith(TUNEFW_KERNEL)):
+            blocks.append([])
+        blocks[-1].append(r)
+    shapes = [s for s in args.shapes.split(",") if s]
+    if len(shapes) != len(blocks):
+        raise SystemExit(f"--shapes names {len(shapes)} shapes, the CSV holds {len(blocks)}")
+    result_rows = []
+    for shape, block in zip(shapes, blocks):
+        mine = [[r] for r in block if r["Kernel Name"].startswith(TUNEFW_KERNEL)]
+        theirs = [r for r in block if not r["Kernel Name"].startswith(TUNEFW_KERNEL)]
+        per = len(theirs) // len(mine)  # kernels per cuBLAS call
+        ref = [theirs[i:i + per] for i in range(0, len(theirs), per)]
+        row = {"shape": shape, "tunefw": _side(mine), "cublas": _side(ref)}
+        row["ratio"] = row["cublas"]["time_us"] / row["tunefw"]["time_us"]
+        result_rows.append(row)
+    return {"script": "benchmarks/profile_h200.py", "script_commit": args.script_commit,
+            "date": datetime.date.today().isoformat(), "device": args.device,
+            "table": str(args.table), "tool": "ncu --clock-control none (clocks left to the GPU)",
+            "note": "ratio = cuBLAS time / tunefw time per GEMM, ncu-serialized launches "
+                    "(caches flushed by ncu between kernels); cuBLAS time sums its kernels",
+            "rows": result_rows}
 
 
 if __name__ == "__main__":

@@ -145,35 +145,34 @@ def correctness_configs() -> list[tuple[str, dict, str]]:
 
 
 def perf_configs() -> dict[tuple, list[dict]]:
-    """The focused candidates per public-suite shape: the round-2 sweep winners
-    (results/wgmma_sm90_h200.json) and, for the small-M shapes, split-K beside A multicast
-    (1x2 clusters) and BK=128 stages."""
+    """The focused candidates per public-suite shape: the round-3 sweep winners
+    (results/wgmma_sm90_h200.json) and, for the small-M shapes, the structure of cuBLAS's
+    kernels there (results/profile_h200.json: at M=128 64x96 tiles on 2x1 clusters without
+    split-K, 10 stages; at M=16 split-K 4 on 1x2 clusters, 11 stages) beside split-K."""
     big = [
         cfg(**C21),
         cfg(**C11, **OV, GROUP=4),
         cfg(**C11, **OV, GROUP=16),
-        cfg(**C11, **OV, BN=224, GROUP=16),
+        cfg(**C21, **OV, RASTER="n", GROUP=16),             # round-3 4096^3 winner
         cfg(**PP, **C11, BN=192, GROUP=16),
     ]
     m128 = [  # M=128 N=6144 K=4096
-        cfg(**C11, BN=96, SPLIT_K=2, STAGES=7, RASTER="n"),   # round-2 winner
-        cfg(**C12, BN=96, SPLIT_K=2, STAGES=6),
-        cfg(**C12, BN=96, SPLIT_K=2, STAGES=7, EPILOGUE="direct"),
-        cfg(**C12, BN=192, SPLIT_K=4, STAGES=4),
-        cfg(**C11, BN=192, SPLIT_K=4, STAGES=4),
-        cfg(**C11, BN=256, SPLIT_K=4, STAGES=4),
-        cfg(**C12, BN=128, SPLIT_K=4, STAGES=6),
-        cfg(**C11, BN=96, BK=128, SPLIT_K=2, STAGES=3),
-        cfg(**PP, **C12, BM=64, BN=96, SPLIT_K=2, STAGES=7),
+        cfg(**C11, BN=96, SPLIT_K=2, STAGES=6, GROUP=16),   # round-3 winner
+        cfg(**C11, BN=96, SPLIT_K=2, STAGES=7, GROUP=16),
+        cfg(**PP, **C21, BM=64, BN=96, STAGES=10),          # cuBLAS's structure
+        cfg(**PP, **C21, BM=64, BN=96, STAGES=8),
+        cfg(**PP, **C21, BM=64, BN=96, STAGES=10, PERSISTENT=0),
+        cfg(**PP, **C11, BM=64, BN=96, STAGES=10),
+        cfg(**PP, **C21, BM=64, BN=192, STAGES=6, SPLIT_K=2),
+        cfg(**PP, **C21, BM=64, BN=96, BK=128, STAGES=5),
     ]
     m16 = [  # M=16 N=4096 K=14336: memory-bound
-        cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=6, GROUP=16),  # round-2 winner
-        cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=7),
-        cfg(**PP, **C11, BM=64, BN=256, SPLIT_K=8, STAGES=4),
-        cfg(**PP, **C11, BM=64, BN=64, SPLIT_K=2, STAGES=7),
+        cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=6, GROUP=2),  # round-3 winner
+        cfg(**PP, **C11, BM=64, BN=128, SPLIT_K=4, STAGES=8),
+        cfg(**PP, **C12, BM=64, BN=128, SPLIT_K=4, STAGES=8),           # cuBLAS's structure
+        cfg(**PP, **C12, BM=64, BN=128, SPLIT_K=4, STAGES=6),
         cfg(**PP, **C11, BM=64, BN=128, BK=128, STAGES=4, SPLIT_K=4),
-        cfg(**C11, BN=256, SPLIT_K=8, STAGES=4),
-        cfg(**C11, BN=128, SPLIT_K=4, STAGES=5),
+        cfg(**PP, **C11, BM=64, BN=256, SPLIT_K=8, STAGES=4),
     ]
     out = {}
     for shape in PERF_SHAPES:

@@ -21,8 +21,8 @@
 // PERSISTENT grids loop over them (stride = clusters); non-persistent grids take one each
 // (ping-pong: two consecutive ones, one per consumer).
 // SPLIT_K > 1: each split writes an fp32 partial to the workspace; the last split to arrive at
-// the per-tile counter sums splits 0..S-1 in index order (deterministic), writes C and resets
-// the counter. EPILOGUE 0: guarded direct stores; 1: registers -> swizzled smem -> TMA store;
+// the per-tile counter sums splits 0..S-1 in index order (deterministic; with two splits it adds
+// the other's partial to its own accumulators, as exact), writes C and resets the counter. EPILOGUE 0: guarded direct stores; 1: registers -> swizzled smem -> TMA store;
 // 2: like 1, but the finished tile is packed to 16 bits in registers and stored while the next
 // tile's first wgmma group runs (hides the cooperative epilogue; SPLIT_K == 1).
 #include "tunefw/sm90.cuh"
@@ -475,14 +475,8 @@ __global__ void __launch_bounds__(384, 1)
         named_bar_sync(bar_id, bar_n);
         if (!flags[slot]) continue;
         __threadfence();
-        // Splits 0..S-1 summed into the accumulators in index order whichever arrived last
-        // (deterministic); a split's loads are issued together, one L2 round trip per split.
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.f;
-#pragma unroll 1
-        for (int sp = 0; sp < SPLIT_K; ++sp) {
+        // One L2 round trip per split: its loads are issued together.
+        auto add_partial = [&](int sp) {
           const float* src = parts + (size_t)sp * tile_floats;
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi)
@@ -496,6 +490,19 @@ __global__ void __launch_bounds__(384, 1)
                 acc[mi][4 * j + 2] += a2;
                 acc[mi][4 * j + 3] += a3;
               }
+        };
+        if (SPLIT_K == 2) {
+          // a + b == b + a bit for bit: the other split's partial is added to this one's
+          // accumulators (deterministic whichever arrived last; no re-read of its own).
+          add_partial(1 - u.split);
+        } else {
+          // Splits 0..S-1 summed in index order whichever arrived last (deterministic).
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.f;
+#pragma unroll 1
+          for (int sp = 0; sp < SPLIT_K; ++sp) add_partial(sp);
         }
       } else if (DEFER) {
 #pragma unroll

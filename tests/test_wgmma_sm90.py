@@ -57,6 +57,11 @@ def _repair(config: dict, moved: str, problem: GemmProblem) -> dict | None:
             c = dict(config, BN=bn, STAGES=stages)
             if moved not in ("BN", "STAGES") and T.check(c, problem, H200) is None:
                 return c
+    for bn in values["BN"]:  # deep rings: a shallower stage (BK and its swizzle) and BN
+        for bk in values["BK"]:
+            c = dict(config, BN=bn, BK=bk, SWIZZLE=min(bk * 2, 128))
+            if moved not in ("BN", "BK", "SWIZZLE") and T.check(c, problem, H200) is None:
+                return c
     return None
 
 

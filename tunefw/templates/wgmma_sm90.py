@@ -55,7 +55,9 @@ class WgmmaSm90(KernelTemplate):
         Param("BK", (64, 32, 128),
               "K depth of one pipeline stage (128: each row of a stage is two 128-byte boxes, "
               "longer runs of DRAM per row for memory-bound shapes)"),
-        Param("STAGES", (4, 3, 5, 6, 7, 2), "depth of the TMA -> wgmma shared-memory ring"),
+        Param("STAGES", (4, 3, 5, 6, 7, 8, 10, 12, 2),
+              "depth of the TMA -> wgmma shared-memory ring (small-M shapes stream their "
+              "operands: cuBLAS runs 10-11 stages there)"),
         Param("SWIZZLE", (128, 64, 32),
               "shared-memory swizzle in bytes (TMA and wgmma descriptors agree); a stage row of "
               "BK*2 bytes is loaded as BK*2/SWIZZLE boxes"),
@@ -80,8 +82,9 @@ class WgmmaSm90(KernelTemplate):
 
     # Starting points: the confirmed winner of every public-suite shape in the round-2 H200 sweep
     # (benchmarks/results/wgmma_sm90_h200.json), the best of each schedule and cluster shape
-    # there, and for M=128 the combination that sweep never tried: a 1x2 cluster multicasting A
-    # (re-read by every N tile) together with split-K.
+    # there, and for the small-M shapes the structure of the kernels cuBLAS picked there
+    # (benchmarks/results/profile_h200.json): at M=128 a 64x96 tile without split-K on 2x1
+    # clusters multicasting B, 10 stages; at M=16 split-K 4 on 1x2 clusters multicasting A.
     seeds = (
         {"CLUSTER_M": 1, "EPILOGUE": "tma_overlap", "GROUP": 4},
         {"CLUSTER_M": 1, "EPILOGUE": "tma_overlap", "GROUP": 16},
@@ -92,9 +95,9 @@ class WgmmaSm90(KernelTemplate):
         {"BN": 96, "STAGES": 7, "CLUSTER_M": 1, "SPLIT_K": 2, "RASTER": "n"},
         {"SCHEDULE": "pingpong", "BM": 64, "BN": 128, "STAGES": 6, "CLUSTER_M": 1, "SPLIT_K": 4,
          "GROUP": 16},
-        {"SCHEDULE": "pingpong", "BM": 64, "BN": 96, "STAGES": 7, "CLUSTER_M": 1},
-        {"BN": 96, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_N": 2, "SPLIT_K": 2},
-        {"BN": 192, "STAGES": 4, "CLUSTER_M": 1, "CLUSTER_N": 2, "SPLIT_K": 4},
+        {"SCHEDULE": "pingpong", "BM": 64, "BN": 96, "STAGES": 10},
+        {"SCHEDULE": "pingpong", "BM": 64, "BN": 128, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_N": 2,
+         "SPLIT_K": 4},
     )
 
     # ---- derived quantities ----------------------------------------------------------------------

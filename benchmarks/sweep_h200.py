@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from tunefw.evaluate.outcome import cublas_ratio
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Trial, Winner
@@ -78,20 +79,16 @@ def winners_done(db: str, name: str) -> bool:
         return all(s.get(Winner, p.id) is not None for p in study.problems)
 
 
-def _ratio(t: float | None, c: float | None) -> float | None:
-    return t / c if t and c else None
-
-
 def _best_by(s, problem_id: int, round_: int, key: str) -> dict:
-    """Best OK trial per value of one config knob (e.g. per schedule, per cluster shape)."""
+    """Best OK trial (by ratio to cuBLAS, as the search ranks) per value of one config knob
+    (e.g. per schedule, per cluster shape)."""
     best: dict = {}
     for t in s.scalars(select(Trial).where(Trial.problem_id == problem_id, Trial.round == round_,
                                            Trial.status == "OK")):
         value = key_value(t.config, key)
-        if value not in best or t.tflops > best[value]["tflops"]:
+        if value not in best or (t.ratio or 0.0) > (best[value]["ratio"] or 0.0):
             best[value] = {"tflops": t.tflops, "cublas_tflops": t.cublas_tflops,
-                           "ratio": _ratio(t.tflops, t.cublas_tflops), "trial_id": t.id,
-                           "config": t.config}
+                           "ratio": t.ratio, "trial_id": t.id, "config": t.config}
     return best
 
 
@@ -120,7 +117,7 @@ def study_rows(db: str, name: str, by: list[str]) -> tuple[list[dict], dict, dic
                 trial_id = winner.trial_id if winner else source.id
                 row.update(family=source.family, config=source.config, tflops=source.tflops,
                            cublas_tflops=source.cublas_tflops,
-                           ratio=_ratio(source.tflops, source.cublas_tflops), trial_id=trial_id,
+                           ratio=cublas_ratio(source.tflops, source.cublas_tflops), trial_id=trial_id,
                            confirmed=bool(winner and winner.confirmed))
                 device = device or s.get(Trial, trial_id).fingerprint
             for knob in by:

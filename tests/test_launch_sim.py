@@ -1,6 +1,7 @@
 """End to end on the SIMULATED device: real Ray actors, real Optuna, a real SQLite file."""
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -46,6 +47,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
                        env={"TUNEFW_SAMPLER_PROCESSES": "2"})
     assert launched.returncode == 0, launched.stderr
     assert "SIMULATED" in launched.stdout
+    assert re.search(r"trial \d+ \S+ OK [\d.]+ TFLOP/s [\d.]+x cuBLAS gpu", launched.stdout)
     gpus = {g for (g,) in _rows(db_url, "SELECT gpu FROM tunefw_trial WHERE status='OK'")}
     assert len(gpus) >= 4 and gpus <= {str(i) for i in range(8)}
     shown = json.loads(run_cli("study", "show", "q", "--json", db=db_url).stdout)
@@ -73,9 +75,17 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     names = [s.study_name for s in optuna.get_all_study_summaries(db_url)]
     assert "q/4096x4096x4096:bf16:TN/r0" in names
     loaded = optuna.load_study(study_name="q/4096x4096x4096:bf16:TN/r0", storage=db_url)
-    assert loaded.best_value == pytest.approx(max(
-        t for (t,) in _rows(db_url, "SELECT tflops FROM tunefw_trial WHERE status='OK' AND "
-                                    "problem_id=1")))
+    _told_the_ratios(db_url, loaded, problem_id=1)
+
+
+def _told_the_ratios(db_url, durable, problem_id):
+    """Each OK row's durable Optuna trial holds its ratio to cuBLAS (the objective), not TFLOP/s;
+    the study's best is the best ratio."""
+    ratios = dict(_rows(db_url, "SELECT optuna_trial, tflops / cublas_tflops FROM tunefw_trial "
+                                f"WHERE status='OK' AND problem_id={problem_id}"))
+    assert ratios and all(0 < r < 2 for r in ratios.values())
+    assert {t.number: t.value for t in durable.trials if t.value is not None} == pytest.approx(ratios)
+    assert durable.best_value == pytest.approx(max(ratios.values()))
 
 
 def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
@@ -127,9 +137,10 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path):
                                   "AND status != 'INVALID'")
         assert len(evaluated) == 12
         assert len(set(evaluated)) == 12  # no config measured twice
-    for (key,) in _rows(db_url, "SELECT key FROM tunefw_problem"):  # Optuna saw each one once
+    for pid, key in _rows(db_url, "SELECT id, key FROM tunefw_problem"):  # Optuna saw each once
         durable = optuna.load_study(study_name=f"k/{key}/r0", storage=db_url)
         assert len(durable.trials) == 12
+        _told_the_ratios(db_url, durable, pid)
         numbers = _rows(db_url, "SELECT t.optuna_trial FROM tunefw_trial t JOIN tunefw_problem p "
                                 f"ON p.id = t.problem_id WHERE p.key = '{key}' AND "
                                 "t.status != 'INVALID' ORDER BY t.optuna_trial")
@@ -205,6 +216,16 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 ran on NVIDIA A100-SXM4-80GB, this launch is on "
         "SIMULATED NVIDIA H200: pass --new-round to start a new round"]
+    assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))  # same GPU, older timing method
+    con.execute("""UPDATE tunefw_study SET fingerprint = json_remove(json_set(fingerprint,
+                   '$.name', 'SIMULATED NVIDIA H200'), '$.method')""")
+    con.commit()
+    con.close()
+    refused = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert refused.stderr.strip().splitlines() == [
+        "tunefw: error: study 'g' round 0 was timed with method unversioned, this launch times "
+        "with anchored-1: pass --new-round to start a new round"]
     assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("UPDATE tunefw_study SET fingerprint = NULL, space_hashes = '{}'")

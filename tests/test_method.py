@@ -66,6 +66,121 @@ def test_launch_count_meets_both_minimums(per_launch_ms, expected):
     assert method.launch_count(per_launch_ms, min_launches=10, min_ms=10.0) == expected
 
 
+class _FakeGpu:
+    """A stream on a CPU: launches advance a clock by their cost, events read it, every launch
+    and flush is logged in order; ``drift`` scales each cost by a slowly falling clock."""
+
+    def __init__(self, monkeypatch, drift: float = 0.0) -> None:
+        self.now, self.log, self.drift = 0.0, [], drift
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t = None
+
+            def record(self) -> None:
+                self.t = gpu.now
+
+            def elapsed_time(self, end) -> float:
+                return end.t - self.t
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+
+    def launch(self, name: str, ms: float):
+        def run() -> None:
+            self.log.append(name)
+            self.now += ms * (1.0 + self.drift * len(self.log))
+        return run
+
+    def flush(self) -> None:
+        self.log.append("flush")
+        self.now += 0.03
+
+    def graph(self, launch, repeats: int):
+        """method.capture_graph's stand-in: a replay runs the launch ``repeats`` times."""
+        def replay() -> None:
+            for _ in range(repeats):
+                launch()
+        return replay
+
+
+@pytest.mark.parametrize("kernel_ms, anchor_ms", [(0.2, 0.25), (0.25, 0.2), (6.0, 5.0)])
+def test_anchored_screen_interleaves_kernel_and_anchor(monkeypatch, kernel_ms, anchor_ms):
+    gpu = _FakeGpu(monkeypatch)
+    kernel, anchor = method.anchored_screen(gpu.launch("A", kernel_ms), gpu.launch("B", anchor_ms),
+                                            gpu.flush, lambda: None)
+    launches = gpu.log[1::2]
+    assert gpu.log[0::2] == ["flush"] * len(launches)  # every launch right after a flush
+    assert launches == ["A", "B"] * (len(launches) // 2)  # A B A B ..., never two in a row
+    assert (kernel.median_ms, anchor.median_ms) == (pytest.approx(kernel_ms), pytest.approx(anchor_ms))
+    assert kernel.samples == anchor.samples >= method.SCREEN_LAUNCHES
+    for t in (kernel, anchor):  # each side alone meets the screen's time
+        assert t.samples * t.median_ms >= method.ANCHORED_SCREEN_MIN_MS
+    warm_pairs = len(launches) // 2 - kernel.samples  # launched but not in the timings
+    assert warm_pairs >= method.WARMUP_LAUNCHES
+    assert warm_pairs * (kernel_ms + anchor_ms) >= method.ANCHORED_WARMUP_MIN_MS
+    if kernel_ms < 1:  # fast kernels: sized by time, not far past it
+        assert warm_pairs * (kernel_ms + anchor_ms) < method.ANCHORED_WARMUP_MIN_MS + 1
+        assert kernel.samples * min(kernel_ms, anchor_ms) < method.ANCHORED_SCREEN_MIN_MS + 1
+
+
+def test_a_drifting_clock_moves_the_times_not_their_ratio(monkeypatch):
+    gpu = _FakeGpu(monkeypatch, drift=2e-4)  # every launch a little slower than the last
+    kernel, anchor = method.anchored_screen(gpu.launch("A", 0.2), gpu.launch("B", 0.25),
+                                            gpu.flush, lambda: None)
+    assert kernel.median_ms > 0.2 * 1.02  # the raw time drifted by several percent ...
+    assert kernel.median_ms / anchor.median_ms == pytest.approx(0.8, rel=2e-3)  # ... not the ratio
+
+
+def test_confirmation_keeps_three_warm_up_pairs_then_its_own_minimums(monkeypatch):
+    gpu = _FakeGpu(monkeypatch)
+    kernel, _ = method.interleaved(gpu.launch("A", 0.2), gpu.launch("B", 0.25), gpu.flush,
+                                   lambda: None, min_launches=100, min_ms=300.0)
+    assert gpu.log.count("A") - kernel.samples == method.WARMUP_LAUNCHES
+    assert kernel.samples * 0.2 >= 300.0
+
+
+def test_plain_screen_times_the_launch_alone(monkeypatch):
+    gpu = _FakeGpu(monkeypatch)
+    timing = method.screen(gpu.launch("A", 0.2), gpu.flush, lambda: None)
+    assert gpu.log == ["flush", "A"] * (len(gpu.log) // 2)
+    warm = gpu.log.count("A") - timing.samples
+    assert warm * 0.2 >= method.WARMUP_MIN_MS and timing.samples * 0.2 >= method.SCREEN_MIN_MS
+
+
+def test_anchored_graph_samples_are_per_launch(monkeypatch):
+    gpu = _FakeGpu(monkeypatch)
+    kernel, anchor = method.anchored_screen(gpu.launch("A", 0.4), gpu.launch("B", 0.5),
+                                            gpu.flush, lambda: None, launches_per_sample=40)
+    assert (kernel.median_ms, anchor.median_ms) == (pytest.approx(0.01), pytest.approx(0.0125))
+    assert kernel.launches_per_sample == anchor.launches_per_sample == 40
+
+
+@pytest.mark.parametrize("kernel_ms, cublas_ms, confirm", [
+    (0.2, 0.25, None), (0.006, 0.004, None), (0.2, 0.25, (100, 300.0)), (0.006, 0.004, (100, 300.0))])
+def test_the_cuda_evaluator_times_every_trial_beside_cublas(monkeypatch, kernel_ms, cublas_ms,
+                                                            confirm):
+    from tunefw.evaluate.cuda import CudaEvaluator
+    gpu = _FakeGpu(monkeypatch)
+    monkeypatch.setattr(method, "capture_graph", gpu.graph)
+    evaluator = object.__new__(CudaEvaluator)  # no GPU here: only its timing path runs
+    evaluator._flush = gpu.flush
+    timing, cublas, note = evaluator._time(gpu.launch("A", kernel_ms), gpu.launch("B", cublas_ms),
+                                           lambda: None, confirm)
+    assert (timing.median_ms, cublas.median_ms) == (pytest.approx(kernel_ms), pytest.approx(cublas_ms))
+    runs = [name for name in gpu.log if name != "flush"]
+    per_sample = method.graph_repeats(kernel_ms) if kernel_ms < method.GRAPH_BELOW_MS else 1
+    assert timing.launches_per_sample == cublas.launches_per_sample == per_sample
+    # the last screen (or the confirmation) ran kernel and cuBLAS samples in turn, per_sample each
+    timed = runs[-2 * per_sample * timing.samples:]
+    assert timed == (["A"] * per_sample + ["B"] * per_sample) * timing.samples
+    assert timing.samples * per_sample * kernel_ms >= (confirm[1] if confirm
+                                                       else method.ANCHORED_SCREEN_MIN_MS)
+    unit = "launches" if per_sample == 1 else f"CUDA graphs of {per_sample} launches"
+    how = "confirmed over" if confirm else "screened"
+    assert note == f"{how} {timing.samples} {unit} interleaved with cuBLAS"
+
+
 def test_graphs_hold_enough_launches():
     assert method.graph_repeats(0.005) == 40
     assert method.graph_repeats(1.0) == 2

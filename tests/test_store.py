@@ -98,7 +98,7 @@ def test_top_trials_honours_n_including_zero(db_url):
         problem = study.problems[0]
         for i, tflops in enumerate([10.0, 30.0, 20.0, 30.0]):
             q.record_trial(s, study, problem, "mma_sm80", {"i": i}, f"key{i % 3}",
-                           Outcome(Status.OK, tflops=tflops), "src", None)
+                           Outcome(Status.OK, tflops=tflops, cublas_tflops=10.0), "src", None)
     with store.session() as s:
         study = q.get_study(s, "s")
         assert q.top_trials(s, study.problems[0], 0, 0) == []

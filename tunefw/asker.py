@@ -26,7 +26,7 @@ class AskState:
     search: ProblemSearch
     budget: int
     known: set = field(default_factory=set)  # driver: measured, rejected or in flight
-    values: dict = field(default_factory=dict)  # driver: config key -> TFLOP/s if OK
+    values: dict = field(default_factory=dict)  # driver: config key -> ratio to cuBLAS if OK
     ready: deque = field(default_factory=deque)  # asker appends, driver pops
     reserved: set = field(default_factory=set)  # asker: keys of proposals not yet taken
     evaluated: int = 0  # driver

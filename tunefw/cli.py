@@ -120,13 +120,15 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
         print(json.dumps(summary, indent=2))
         return
     sim = bool(summary["stats"] and summary["stats"].get("simulated"))
-    table = Table("problem", "evaluated", "ok", "outcomes", "best TFLOP/s", "cuBLAS",
-                  "family", "trial", title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
+    table = Table("problem", "evaluated", "ok", "outcomes", "best vs cuBLAS", "TFLOP/s",
+                  "cuBLAS", "family", "trial",
+                  title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
     for p in summary["problems"]:
         best = p["best"] or {}
         outcomes = ", ".join(f"{k}:{v}" for k, v in p["outcomes"].items())
         table.add_row(f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}", str(p["evaluated"]),
                       str(p["ok"]), outcomes,
+                      f"{best['ratio']:.3f}x" if best.get("ratio") else "-",
                       f"{best['tflops']:.1f}" if best else "-",
                       f"{best['cublas_tflops']:.1f}" if best.get("cublas_tflops") else "-",
                       best.get("family", "-"), str(best.get("trial_id", "-")))
@@ -162,6 +164,7 @@ def trial_show(trial_id: int = typer.Argument(..., help="Trial id (as in study s
         if t is None:
             raise UserError(f"trial {trial_id} not found")
         data = {c.name: getattr(t, c.name) for c in Trial.__table__.columns}
+        data["ratio"] = t.ratio  # to the cuBLAS of the same screen: what the search ranked by
     data["created_at"] = str(data["created_at"])
     if as_json:
         print(json.dumps(data, indent=2))

@@ -19,7 +19,7 @@ FORMATS = ("json", "csv", "cpp")
 
 
 def build_table(store: Store, study_name: str | None, allow_mixed: bool = False) -> DispatchTable:
-    """One entry per problem: its confirmed winner, else its best OK trial."""
+    """One entry per problem: its confirmed winner, else its best OK trial (by ratio to cuBLAS)."""
     with store.session() as s:
         study = q.get_study(s, study_name)
         entries, fingerprints, evaluators = [], {}, set()

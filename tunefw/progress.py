@@ -1,4 +1,4 @@
-"""Live launch display (rich): per problem trials done, best TFLOP/s so far, trials/s."""
+"""Live launch display (rich): per problem trials done, best ratio to cuBLAS so far, trials/s."""
 from __future__ import annotations
 
 import time
@@ -49,8 +49,10 @@ class LaunchProgress:
             self.finished += 1
             if not self.console.is_terminal:  # logs get a line per trial, not a redrawn bar
                 tflops = f"{data['tflops']:.1f} TFLOP/s" if data["tflops"] else ""
+                ratio = f" {data['ratio']:.3f}x cuBLAS" if data["ratio"] else ""
                 self.console.print(f"trial {data['trial_id']} {row['key']} {data['status']} "
-                                   f"{tflops} gpu {data['gpu']}", markup=False, highlight=False)
+                                   f"{tflops}{ratio} gpu {data['gpu']}", markup=False,
+                                   highlight=False)
             self.progress.update(self.tasks[row["id"]],
                                  completed=min(row["evaluated"], row["budget"]),
                                  best=self._best(row), rate=self._rate())
@@ -63,4 +65,4 @@ class LaunchProgress:
 
     @staticmethod
     def _best(row: dict) -> str:
-        return f"best {row['best']:.1f} TFLOP/s" if row["best"] else "best -"
+        return f"best {row['best']:.3f}x cuBLAS" if row["best"] else "best -"

@@ -16,7 +16,6 @@ from tunefw.fileio import write_atomic
 from tunefw.evaluate.outcome import Status
 from tunefw.store import Store
 from tunefw.store import queries as q
-from tunefw.store.models import Winner
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -89,14 +88,15 @@ def bars_figure(labels: Sequence[str], series: dict[str, Sequence[float | None]]
 
 
 def convergence_figure(curves: dict[str, list[float | None]], title: str) -> str:
-    """Best-so-far TFLOP/s against the evaluated-trial index, one line per problem."""
+    """Best-so-far ratio to cuBLAS (the search's objective) against the evaluated-trial index,
+    one line per problem."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, best in curves.items():
         ax.step(range(1, len(best) + 1), [math.nan if b is None else b for b in best],
                 where="post", label=name)
     ax.set_xlabel("evaluated trial")
-    ax.set_ylabel("best TFLOP/s so far")
+    ax.set_ylabel("best ratio to cuBLAS so far")
     ax.set_title(title)
     ax.legend(fontsize=7)
     return svg(fig)
@@ -109,14 +109,15 @@ def fingerprint_html(fingerprint: dict | None) -> str:
 
 # ---- the study report ------------------------------------------------------------------------
 def best_so_far(trials: Iterable[Any]) -> list[float | None]:
-    """Running best OK TFLOP/s over the evaluated trials (INVALID ones cost nothing and are skipped)."""
+    """Running best ratio to cuBLAS of the OK trials over the evaluated ones (INVALID ones cost
+    nothing and are skipped)."""
     best: float | None = None
     out = []
     for t in trials:
         if t.status == Status.INVALID.value:
             continue
-        if t.status == Status.OK.value and t.tflops is not None:
-            best = t.tflops if best is None else max(best, t.tflops)
+        if t.status == Status.OK.value and t.ratio is not None:
+            best = t.ratio if best is None else max(best, t.ratio)
         out.append(best)
     return out
 
@@ -127,18 +128,12 @@ def study_data(store: Store, name: str) -> dict:
         study = q.get_study(s, name)
         problems = []
         for p in study.problems:
-            trials = q.problem_trials(s, study, p)
-            winner = s.get(Winner, p.id)
-            best = winner or q.best_trial(s, p, study.round)
+            summary = q.problem_summary(s, study, p)  # its best: the winner, else the best ratio
             problems.append({
                 "label": f"{p.M}x{p.N}x{p.K} {p.dtype}" + (f" ({p.label})" if p.label else ""),
-                "outcomes": dict(q.outcome_counts(s, p, study.round)),
-                "curve": best_so_far(trials),
-                "best": None if best is None else {
-                    "family": best.family, "config": best.config, "tflops": best.tflops,
-                    "cublas_tflops": best.cublas_tflops,
-                    "trial_id": best.trial_id if winner else best.id,
-                    "confirmed": bool(winner and winner.confirmed)},
+                "outcomes": summary["outcomes"],
+                "curve": best_so_far(q.problem_trials(s, study, p)),
+                "best": summary["best"],
             })
         fingerprint = study.fingerprint or next(
             (t.fingerprint for p in study.problems for t in q.problem_trials(s, study, p)
@@ -166,16 +161,12 @@ def study_html(data: dict) -> str:
     winners = table_html(
         ["problem", "family", "config", "TFLOP/s", "cuBLAS TFLOP/s", "ratio", "confirmed", "trial"],
         [[p["label"], b.get("family"), b.get("config"), b.get("tflops"), b.get("cublas_tflops"),
-          _ratio(b.get("tflops"), b.get("cublas_tflops")), b.get("confirmed"), b.get("trial_id")]
+          b.get("ratio"), b.get("confirmed"), b.get("trial_id")]
          for p, b in zip(problems, best)], left=3, cls="winners")
     return page(f"tunefw study {data['name']} (round {data['round']})", data["simulated"], [
         "<h2>TFLOP/s per shape</h2>", bars, "<h2>Search convergence</h2>", curves,
         "<h2>Outcomes</h2>", outcomes, "<h2>Winning configs</h2>", winners,
         fingerprint_html(data["fingerprint"])])
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
 
 
 def write_report(store: Store, name: str, path: Path) -> dict:

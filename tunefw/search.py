@@ -249,37 +249,38 @@ class ProblemSearch:
 
     def restore(self, recorded: list[tuple[int, str, dict, float | None]]) -> None:
         """Write back durable trials a killed launch recorded as rows but never mirrored:
-        rows (optuna number, family, config, TFLOP/s or None) numbered past the durable study."""
-        for number, fam_name, config, tflops in sorted(r for r in recorded
-                                                       if r[0] >= self._next_number):
+        rows (optuna number, family, config, objective value or None) numbered past the
+        durable study."""
+        for number, fam_name, config, value in sorted(r for r in recorded
+                                                      if r[0] >= self._next_number):
             family = get_family(fam_name)
             params = {"family": fam_name} if len(self.families) > 1 else {}
             params.update(_params_for(family, config))
             trial = optuna.trial.create_trial(
                 params=params, distributions=_distributions_for(family, self.families),
-                value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
+                value=value, state=TrialState.COMPLETE if value is not None else TrialState.FAIL)
             self.durable._storage.create_new_trial(self.durable._study_id, template_trial=trial)
             self.study.add_trial(_steering_copy(trial))
             self._next_number += 1
 
-    def tell(self, trial: optuna.trial.Trial, tflops: float | None) -> optuna.trial.FrozenTrial:
-        """Close a trial with its TFLOP/s, or None for no result (invalid, wrong, crashed...).
-        The sampler sees a failure as 0 TFLOP/s, so it learns to avoid impossible regions
-        (failed trials are invisible to TPE)."""
-        return self.study.tell(trial, tflops if tflops is not None else 0.0)
+    def tell(self, trial: optuna.trial.Trial, value: float | None) -> optuna.trial.FrozenTrial:
+        """Close a trial with its objective value (the sweep's: the ratio to cuBLAS), or None for
+        no result (invalid, wrong, crashed...). The sampler sees a failure as 0, so it learns to
+        avoid impossible regions (failed trials are invisible to TPE)."""
+        return self.study.tell(trial, value if value is not None else 0.0)
 
     @property
     def next_number(self) -> int:
         """The number the durable study gives the next trial ``record`` writes."""
         return self._next_number
 
-    def record(self, told: optuna.trial.FrozenTrial, tflops: float | None) -> None:
+    def record(self, told: optuna.trial.FrozenTrial, value: float | None) -> None:
         """Write a told trial to the durable study (FAILED when it has no result). Call it after
         the tunefw row is committed: a kill in between leaves a row without a durable copy,
         which restore() repairs, never a durable trial without its row."""
         durable = optuna.trial.create_trial(
             params=told.params, distributions=told.distributions,
-            value=tflops, state=TrialState.COMPLETE if tflops is not None else TrialState.FAIL)
+            value=value, state=TrialState.COMPLETE if value is not None else TrialState.FAIL)
         self._next_number += 1
         if self.mirror is None:
             self.durable._storage.create_new_trial(self.durable._study_id, template_trial=durable)
@@ -311,7 +312,7 @@ class DurableMirror:
 
 
 def _steering_copy(trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
-    """A stored trial as the in-memory sampler sees it: failures count as 0 TFLOP/s."""
+    """A stored trial as the in-memory sampler sees it: failures count as 0."""
     return optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
                                      value=trial.value if trial.state == TrialState.COMPLETE
                                      else 0.0)

@@ -20,7 +20,7 @@ from tunefw.search import DurableMirror, ProblemSearch
 from tunefw.store import Store
 from tunefw.store.session import sqlite_pragmas
 from tunefw.store import queries as q
-from tunefw.store.models import Problem, Study
+from tunefw.store.models import Problem, Study, Trial
 from tunefw.study import StudySpec
 from tunefw.templates import FAMILIES, get_family
 
@@ -32,12 +32,26 @@ class ProblemState(AskState):
     """Driver bookkeeping of one problem during a launch (on top of what the asker shares)."""
 
     row: Problem | None = None
-    best: float = 0.0
+    best: float = 0.0  # the best ratio to cuBLAS so far
 
     @property
     def done(self) -> bool:
         return (self.in_flight == 0 and not self.ready
                 and (self.exhausted or self.evaluated >= self.budget))
+
+    def resume(self, rows: list[Trial]) -> None:
+        """Take up the round's stored rows: durable trials a killed launch never mirrored, known
+        configs, the evaluated count and each OK config's objective (its ratio to cuBLAS)."""
+        self.search.restore([(t.optuna_trial, t.family, t.config,
+                              t.ratio if t.status == Status.OK.value else None)
+                             for t in rows if t.optuna_trial is not None])
+        for t in rows:
+            self.known.add(t.config_key)
+            if t.status != Status.INVALID.value:
+                self.evaluated += 1
+            if t.status == Status.OK.value:
+                self.best = max(self.best, t.ratio or 0.0)
+                self.values[t.config_key] = t.ratio
 
 
 @dataclass
@@ -87,9 +101,14 @@ def _guard_round(s, study: Study, fingerprint: dict, families: list[str],
         study.space_hashes = hashes
         return
     if q.fingerprint_key(study.fingerprint) != q.fingerprint_key(fingerprint):
-        raise UserError(f"study {study.name!r} round {study.round} ran on "
-                        f"{study.fingerprint.get('name')}, this launch is on "
-                        f"{fingerprint.get('name')}: pass --new-round to start a new round")
+        was, now = study.fingerprint.get("name"), fingerprint.get("name")
+        if was == now and study.fingerprint.get("method") != fingerprint.get("method"):
+            raise UserError(f"study {study.name!r} round {study.round} was timed with method "
+                            f"{study.fingerprint.get('method') or 'unversioned'}, this launch "
+                            f"times with {fingerprint.get('method')}: pass --new-round to start "
+                            "a new round")
+        raise UserError(f"study {study.name!r} round {study.round} ran on {was}, this launch is "
+                        f"on {now}: pass --new-round to start a new round")
     if study.space_hashes != hashes:
         raise UserError(f"study {study.name!r}: a family's parameter space changed since round "
                         f"{study.round}: pass --new-round to start a new round")
@@ -99,8 +118,8 @@ def pick_confirmed(rows: list[tuple[int, Outcome]]) -> tuple[int, Outcome]:
     """The winner among a problem's confirmations: the best ratio to the cuBLAS interleaved with
     it. Each confirmation runs at its own point of the GPU's power cycle (on the H200 the clock
     moved 8% within a second at 4096^3); its own cuBLAS figure cancels that, raw TFLOP/s do not."""
-    if all(o.cublas_tflops for _, o in rows):
-        return max(rows, key=lambda r: (r[1].tflops or 0.0) / r[1].cublas_tflops)
+    if all(o.ratio is not None for _, o in rows):
+        return max(rows, key=lambda r: r[1].ratio)
     return max(rows, key=lambda r: r[1].tflops or 0.0)
 
 
@@ -161,18 +180,7 @@ class Sweep:
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
             for prow in problems:
-                state = self.states[prow.id]
-                rows = q.problem_trials(s, study, prow)
-                state.search.restore([(t.optuna_trial, t.family, t.config,
-                                       t.tflops if t.status == Status.OK.value else None)
-                                      for t in rows if t.optuna_trial is not None])
-                for t in rows:
-                    state.known.add(t.config_key)
-                    if t.status != Status.INVALID.value:
-                        state.evaluated += 1
-                    if t.status == Status.OK.value:
-                        state.best = max(state.best, t.tflops or 0.0)
-                        state.values[t.config_key] = t.tflops
+                self.states[prow.id].resume(q.problem_trials(s, study, prow))
         # Problem i is asked by thread i % n, which talks to sampler process i % n (see above).
         self.asker = Asker(self.states.values(), ahead=2 * self.options.gpus + 2,
                            threads=max(1, len(self.sampler_hosts)))
@@ -278,7 +286,8 @@ class Sweep:
 
     def _finish(self, st: ProblemState, family: str, config: dict, key: str, outcome: Outcome,
                 trial, attempts: int = 1, reused: int | None = None) -> None:
-        value = outcome.tflops if outcome.ok else None
+        # The objective is the ratio to the cuBLAS of the same screen (method.py says why).
+        value = outcome.ratio if outcome.ok else None
         told = st.search.tell(trial, value)
         row_id = self._record(st, family, config, key, outcome, st.search.next_number, attempts,
                               reused)
@@ -286,11 +295,11 @@ class Sweep:
         with st.lock:
             st.evaluated += 1
         if outcome.ok:
-            st.best = max(st.best, outcome.tflops or 0.0)
-            st.values[key] = outcome.tflops
+            st.best = max(st.best, value or 0.0)
+            st.values[key] = value
         self.progress("trial", {"problem": self._progress_row(st), "trial_id": row_id,
                                 "status": outcome.status.value, "tflops": outcome.tflops,
-                                "gpu": outcome.gpu})
+                                "ratio": outcome.ratio, "gpu": outcome.gpu})
 
     def _job_done(self, job: Job, outcome: Outcome) -> None:
         problem_id, trial, key = job.context
@@ -461,7 +470,7 @@ class Sweep:
         with self.store.session() as s:
             for problem_id, rows in results.items():
                 trial_id, best = pick_confirmed(rows)
-                q.set_winner(s, s.get(Problem, problem_id), s.get(q.Trial, trial_id),
+                q.set_winner(s, s.get(Problem, problem_id), s.get(Trial, trial_id),
                              best.tflops, best.cublas_tflops, confirmed=True)
 
     def _stats(self, wall_s: float, stopped: bool) -> dict:

@@ -80,7 +80,7 @@ class _Inputs:
     scratch: torch.Tensor
 
     def cublas(self) -> None:
-        """cuBLAS on the same operands (torch.matmul(a, b.T)), as a launch for timing."""
+        """cuBLAS on the same operands (torch.matmul(a, b.T)) as a launch: each screen's anchor."""
         torch.mm(self.a, self.b.t(), out=self.scratch)
 
 
@@ -106,7 +106,6 @@ class CudaEvaluator:
         self._flush = method.L2Flush(self._spec.l2_bytes, self.device)
         self._modules: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self._inputs: OrderedDict[tuple[str, int], _Inputs] = OrderedDict()
-        self._cublas: dict[tuple[str, int], method.Timing] = {}  # (problem, launches per sample)
         self._workspace = torch.zeros(0, dtype=torch.uint8, device=self.device)
         self._poisoned = ""
         self._nvml = _Nvml(self._static["uuid"])
@@ -144,7 +143,8 @@ class CudaEvaluator:
         return {"name": self._spec.name, "uuid": uuid, "cc": self._spec.cc,
                 "sm_count": self._spec.sm_count, "driver": None,
                 "cuda_driver_api": f"{driver_api // 1000}.{driver_api % 1000 // 10}",
-                "cuda": torch.version.cuda, "compiler": compiler_info().label}
+                "cuda": torch.version.cuda, "compiler": compiler_info().label,
+                "method": method.METHOD}
 
     def device_spec(self) -> DeviceSpec:
         """The limits of this GPU as read from the driver (for template checks and launches)."""
@@ -160,7 +160,7 @@ class CudaEvaluator:
 
     # ---- trials ---------------------------------------------------------------------------
     def evaluate(self, spec: TrialSpec, compiled: CompileResult) -> Outcome:
-        """Verify, then screen one config (design.md); failures come back as Outcomes."""
+        """Verify, then screen one config anchored with cuBLAS; failures come back as Outcomes."""
         return self._trial(spec, compiled, confirm=None)
 
     def confirm(self, spec: TrialSpec, compiled: CompileResult, launches: int = 100,
@@ -228,27 +228,33 @@ class CudaEvaluator:
         if not verdict.ok:
             return Outcome(Status.WRONG_ANSWER, log=verdict.reason, rel_err=verdict.rel_err)
 
-        timing = method.screen(run, self._flush, wait)
-        note = f"screened {timing.samples} launches"
-        kernel, per_sample = run, 1
-        if timing.median_ms < method.GRAPH_BELOW_MS:  # small kernel: graph time vs cuBLAS graph time
-            per_sample = method.graph_repeats(timing.median_ms)
-            kernel = method.capture_graph(run, per_sample)
-            timing = method.screen(kernel, self._flush, wait, launches_per_sample=per_sample)
-            note = f"screened {timing.samples} CUDA graphs of {per_sample} launches"
-        if confirm:
-            baseline = method.capture_graph(inputs.cublas, per_sample) if per_sample > 1 else inputs.cublas
-            timing, cublas = method.interleaved(kernel, baseline, self._flush, wait,
-                                                min_launches=confirm[0], min_ms=confirm[1],
-                                                launches_per_sample=per_sample)
-            note = f"confirmed over {timing.samples} samples interleaved with cuBLAS" + (
-                f" (CUDA graphs of {per_sample} launches)" if per_sample > 1 else "")
-        else:
-            cublas = self._cublas_timing(problem, inputs, per_sample, wait)
+        timing, cublas, note = self._time(run, inputs.cublas, wait, confirm)
         return Outcome(Status.OK, log=note, median_ms=timing.median_ms, min_ms=timing.min_ms,
                        iqr_ms=timing.iqr_ms, tflops=_tflops(problem, timing.median_ms),
                        rel_err=verdict.rel_err, cublas_tflops=_tflops(problem, cublas.median_ms),
                        cublas_median_ms=cublas.median_ms)
+
+    def _time(self, run: Callable[[], None], cublas: Callable[[], None],
+              wait: Callable[[], None], confirm: tuple[int, float] | None
+              ) -> tuple[method.Timing, method.Timing, str]:
+        """Kernel and cuBLAS timings and how they were taken: an anchored screen (CUDA graphs of
+        both for a small kernel), then for a confirmation the longer interleaved run."""
+        kernel, anchor, per_sample = run, cublas, 1
+        timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait)
+        if timing.median_ms < method.GRAPH_BELOW_MS:
+            per_sample = method.graph_repeats(timing.median_ms)
+            kernel = method.capture_graph(run, per_sample)
+            anchor = method.capture_graph(cublas, per_sample)
+            timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait,
+                                                      launches_per_sample=per_sample)
+        how = "screened"
+        if confirm:
+            timing, anchored = method.interleaved(kernel, anchor, self._flush, wait,
+                                                  min_launches=confirm[0], min_ms=confirm[1],
+                                                  launches_per_sample=per_sample)
+            how = "confirmed over"
+        unit = "launches" if per_sample == 1 else f"CUDA graphs of {per_sample} launches"
+        return timing, anchored, f"{how} {timing.samples} {unit} interleaved with cuBLAS"
 
     # ---- pieces ---------------------------------------------------------------------------
     def _function(self, compiled: CompileResult, launch: Launch) -> Any:
@@ -328,15 +334,6 @@ class CudaEvaluator:
         elif nbytes:
             self._workspace.zero_()
         return self._workspace
-
-    def _cublas_timing(self, problem: GemmProblem, inputs: _Inputs, per_sample: int,
-                       wait: Callable[[], None]) -> method.Timing:
-        """cuBLAS screened like the kernels, once per (problem, graph size) on this worker."""
-        key = (problem.key(), per_sample)
-        if key not in self._cublas:
-            baseline = method.capture_graph(inputs.cublas, per_sample) if per_sample > 1 else inputs.cublas
-            self._cublas[key] = method.screen(baseline, self._flush, wait, launches_per_sample=per_sample)
-        return self._cublas[key]
 
 
 class _Nvml:

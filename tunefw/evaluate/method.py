@@ -82,18 +82,36 @@ def verify(out: torch.Tensor, ref: torch.Tensor, dtype: str,
 # ---- timing (screening, confirmation, graphs) ----------------------------------------------
 # A launch is any callable that enqueues one GEMM on the current stream; `wait` blocks until the
 # stream is idle (evaluators pass one that enforces the trial deadline). Events bracket each
-# launch alone; the L2 flush runs between launches, outside the timed region.
-
-# design.md's floors are >= 3 warm-up launches and >= 10 timed ones (>= 10 ms). Here warm-up
-# runs >= 60 ms and a screen >= 80 ms. On the H200 (power-capped at 700 W), five 30 ms screens of
-# one 4096^3 config after 20 ms warm-ups spread 2.0-2.2% (the clock drifts over tens of ms), and
-# with 100 ms screens the first of five, right after another config's screen, still ran 1.6% fast
-# (the clock that config left behind) while the other four agreed within 1.0%. A 4096^3 trial
-# then needs about 150 ms of GPU time: still above 5 trials/s.
+# launch alone; the L2 flush runs before every launch, outside the timed region.
+#
+# design.md's floors are >= 3 warm-up launches and >= 10 timed ones (>= 10 ms). On the H200 the
+# SM clock drifts with power and temperature over seconds, not only at the 700 W cap, so a
+# kernel's raw time does not repeat: five 30 ms screens of one 4096^3 config spread 2.0-2.2%;
+# with 100 ms screens the first of five, right after another config's, ran 1.6% fast (the clock
+# that config left behind); five back-to-back screens of one mma_sm80 config at 4096^3
+# (360 TFLOP/s, 510-650 W) ran 0.381, 0.385, 0.389, 0.390, 0.411 ms while NVML read 1920, 1875,
+# 1905, 1875, 1815 MHz (7.6% apart). With cuBLAS screened once per (problem, worker) and reused,
+# a trial's ratio mixed two thermal states: the round-3 wgmma sweep's screens put the 4096^3
+# winner at 1.07x cuBLAS, its 300 ms interleaved confirmation at 0.99x.
+#
+# So every search screen is anchored: the kernel and cuBLAS on the same inputs are timed
+# interleaved (A B A B ..., each flushed), both under the same clock, and the search's objective
+# is their ratio (Outcome.ratio). The ratio is what a screen measures reliably, and it compares
+# across a fleet's GPUs, which raw TFLOP/s from different GPUs do not. A 4096^3 trial (~0.2 ms a
+# launch each) costs >= 30 ms of paired warm-up + 2 x >= 40 ms timed, ~110 ms of GPU work:
+# no more than the 60 + 80 ms the kernel alone took before (a sweep must keep >= 5 trials/s at
+# 4096^3). The plain screen (the launch alone, >= 60 ms warm-up + >= 80 ms) remains for
+# `tunefw bench`.
 WARMUP_LAUNCHES = 3
 WARMUP_MIN_MS = 60.0
 SCREEN_LAUNCHES = 10
 SCREEN_MIN_MS = 80.0
+ANCHORED_WARMUP_MIN_MS = 30.0  # kernel and anchor together
+ANCHORED_SCREEN_MIN_MS = 40.0  # each side
+# The timing method's name, part of every trial's device fingerprint: a stored measurement is
+# reused, and a study round resumed, only under the method that took it (a ratio to a cuBLAS
+# screened once per worker is not the ratio to the cuBLAS interleaved with the screen).
+METHOD = "anchored-1"
 MAX_LAUNCHES = 5000
 GRAPH_BELOW_MS = 0.020  # kernels faster than this are also timed as a CUDA graph of launches
 GRAPH_MIN_MS = 0.2  # a graph holds enough launches to run at least this long
@@ -149,33 +167,48 @@ def time_each(launches: list[Callable[[], None]], flush: Callable[[], None] | No
     return [start.elapsed_time(end) for start, end in events]
 
 
-def warm_up(launch: Callable[[], None], flush: Callable[[], None] | None,
-            wait: Callable[[], None]) -> list[float]:
-    """Untimed-for-the-result launches: WARMUP_LAUNCHES, then more until WARMUP_MIN_MS of
-    kernel time has run; returns their times (ms) for sizing the timed run."""
-    warm = time_each([launch] * WARMUP_LAUNCHES, flush, wait)
-    more = launch_count(min(warm), 0, WARMUP_MIN_MS - sum(warm))
-    return warm + (time_each([launch] * more, flush, wait) if more else [])
+def warm_up(launches: list[Callable[[], None]], flush: Callable[[], None] | None,
+            wait: Callable[[], None], min_ms: float) -> list[float]:
+    """Untimed-for-the-result rounds of the launches in turn (A B A B ... for two):
+    WARMUP_LAUNCHES, then more until ``min_ms`` of their time has run; returns their times (ms),
+    in launch order, for sizing the timed run."""
+    warm = time_each(launches * WARMUP_LAUNCHES, flush, wait)
+    left = min_ms - sum(warm)
+    per_round = sum(min(warm[i::len(launches)]) for i in range(len(launches)))
+    more = launch_count(per_round, 0, left) if left > 0 else 0
+    return warm + (time_each(launches * more, flush, wait) if more else [])
 
 
 def screen(launch: Callable[[], None], flush: Callable[[], None] | None, wait: Callable[[], None],
            *, min_launches: int = SCREEN_LAUNCHES, min_ms: float = SCREEN_MIN_MS,
            launches_per_sample: int = 1) -> Timing:
     """Warm up, then time enough launches for ``min_launches`` and ``min_ms`` (design.md)."""
-    warm = warm_up(launch, flush, wait)
+    warm = warm_up([launch], flush, wait, WARMUP_MIN_MS)
     n = launch_count(min(warm), min_launches, min_ms)
     return summarize(time_each([launch] * n, flush, wait), launches_per_sample)
 
 
 def interleaved(launch_a: Callable[[], None], launch_b: Callable[[], None],
                 flush: Callable[[], None] | None, wait: Callable[[], None], *, min_launches: int,
-                min_ms: float, launches_per_sample: int = 1) -> tuple[Timing, Timing]:
-    """Time A B A B ... (each flushed) until both reach ``min_launches`` and ``min_ms``."""
-    warm = time_each([launch_a, launch_b] * WARMUP_LAUNCHES, flush, wait)
+                min_ms: float, warmup_ms: float = 0.0,
+                launches_per_sample: int = 1) -> tuple[Timing, Timing]:
+    """Warm up (>= ``warmup_ms`` of both), then time A B A B ... (each flushed) until both
+    reach ``min_launches`` and ``min_ms``."""
+    warm = warm_up([launch_a, launch_b], flush, wait, warmup_ms)
     n = max(launch_count(min(warm[0::2]), min_launches, min_ms),
             launch_count(min(warm[1::2]), min_launches, min_ms))
     times = time_each([launch_a, launch_b] * n, flush, wait)
     return (summarize(times[0::2], launches_per_sample), summarize(times[1::2], launches_per_sample))
+
+
+def anchored_screen(launch: Callable[[], None], anchor: Callable[[], None],
+                    flush: Callable[[], None] | None, wait: Callable[[], None], *,
+                    launches_per_sample: int = 1) -> tuple[Timing, Timing]:
+    """A search screen: the kernel interleaved with its anchor (cuBLAS), so both run on the
+    same clock and their ratio holds while the clock drifts; (kernel, anchor) timings."""
+    return interleaved(launch, anchor, flush, wait, min_launches=SCREEN_LAUNCHES,
+                       min_ms=ANCHORED_SCREEN_MIN_MS, warmup_ms=ANCHORED_WARMUP_MIN_MS,
+                       launches_per_sample=launches_per_sample)
 
 
 def graph_repeats(per_launch_ms: float) -> int:

@@ -6,6 +6,12 @@ from enum import Enum
 from typing import Any
 
 
+def cublas_ratio(tflops: float | None, cublas_tflops: float | None) -> float | None:
+    """TFLOP/s over the cuBLAS TFLOP/s timed beside them (the search's objective, see
+    method.py's timing notes); None where either is missing."""
+    return tflops / cublas_tflops if tflops is not None and cublas_tflops else None
+
+
 class Status(str, Enum):
     OK = "OK"
     INVALID = "INVALID"
@@ -53,6 +59,11 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status == Status.OK
+
+    @property
+    def ratio(self) -> float | None:
+        """Ratio to the cuBLAS of the same screen: what the search ranks trials by."""
+        return cublas_ratio(self.tflops, self.cublas_tflops)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

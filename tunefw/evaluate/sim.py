@@ -31,7 +31,8 @@ LAUNCH_US = 4.0
 
 def sim_fingerprint(device: DeviceSpec = SIM_DEVICE) -> dict:
     return {"name": f"SIMULATED {device.name}", "simulated": True, "cc": device.cc,
-            "sm_count": device.sm_count, "driver": "sim", "cuda": "sim", "compiler": "sim"}
+            "sm_count": device.sm_count, "driver": "sim", "cuda": "sim", "compiler": "sim",
+            "method": method.METHOD}
 
 
 def _unit(*parts: object) -> float:

@@ -7,7 +7,10 @@ from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text,
                         UniqueConstraint)
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from tunefw.evaluate.outcome import cublas_ratio
 
 SCHEMA_VERSION = 1
 
@@ -90,6 +93,17 @@ class Trial(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     reused_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @hybrid_property
+    def ratio(self) -> float | None:
+        """TFLOP/s over the cuBLAS TFLOP/s of the same screen: the search's objective (in SQL,
+        NULL where cublas_tflops is)."""
+        return cublas_ratio(self.tflops, self.cublas_tflops)
+
+    @ratio.inplace.expression
+    @classmethod
+    def _ratio_expression(cls):
+        return cls.tflops / cls.cublas_tflops
 
     def config_json(self) -> str:
         return json.dumps(self.config, sort_keys=True)

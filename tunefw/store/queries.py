@@ -5,20 +5,21 @@ import hashlib
 import json
 from collections import Counter
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.evaluate.outcome import Outcome, Status, cublas_ratio
 from tunefw.problem import GemmProblem
 from tunefw.store.models import Problem, Study, Trial, Winner
 from tunefw.study import StudySpec
 
 
 def fingerprint_key(fingerprint: dict) -> str:
-    """Identity of a device for reuse: what changes timings (not clocks read at one moment)."""
+    """Identity of a device for reuse: what changes timings (not clocks read at one moment),
+    the timing method included."""
     stable = {k: fingerprint.get(k) for k in ("name", "cc", "sm_count", "driver", "cuda",
-                                              "compiler", "simulated")}
+                                              "compiler", "simulated", "method")}
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -101,17 +102,21 @@ def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
         .order_by(Trial.id).limit(1))
 
 
-def best_trial(s: Session, problem: Problem, round_: int) -> Trial | None:
-    return s.scalar(select(Trial).where(
+def _ranked(problem: Problem, round_: int) -> Select:
+    """A problem's OK trials of a round, best first: by the ratio to cuBLAS (the search's
+    objective), trials without a cuBLAS figure last, ties by id."""
+    return select(Trial).where(
         Trial.problem_id == problem.id, Trial.round == round_,
-        Trial.status == Status.OK.value).order_by(Trial.tflops.desc(), Trial.id).limit(1))
+        Trial.status == Status.OK.value).order_by(Trial.ratio.desc().nulls_last(), Trial.id)
+
+
+def best_trial(s: Session, problem: Problem, round_: int) -> Trial | None:
+    return s.scalar(_ranked(problem, round_).limit(1))
 
 
 def top_trials(s: Session, problem: Problem, round_: int, n: int) -> list[Trial]:
     """The best n OK trials, one per distinct config."""
-    rows = s.scalars(select(Trial).where(
-        Trial.problem_id == problem.id, Trial.round == round_,
-        Trial.status == Status.OK.value).order_by(Trial.tflops.desc(), Trial.id))
+    rows = s.scalars(_ranked(problem, round_))
     seen, out = set(), []
     for r in rows:
         if len(out) >= n:
@@ -152,12 +157,14 @@ def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
     if winner is not None:
         best = {"family": winner.family, "config": winner.config, "tflops": winner.tflops,
                 "trial_id": winner.trial_id, "cublas_tflops": winner.cublas_tflops,
+                "ratio": cublas_ratio(winner.tflops, winner.cublas_tflops),
                 "confirmed": winner.confirmed}
     else:
         t = best_trial(s, problem, study.round)
         if t is not None:
             best = {"family": t.family, "config": t.config, "tflops": t.tflops,
-                    "trial_id": t.id, "cublas_tflops": t.cublas_tflops, "confirmed": False}
+                    "trial_id": t.id, "cublas_tflops": t.cublas_tflops, "ratio": t.ratio,
+                    "confirmed": False}
     return {"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
             "label": problem.label, "evaluated": evaluated,
             "ok": counts.get(Status.OK.value, 0), "outcomes": dict(sorted(counts.items())),

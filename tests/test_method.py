@@ -1,4 +1,6 @@
 """The measurement method's pure parts: verdicts, statistics, launch counts, failure classes."""
+import math
+
 import pytest
 import torch
 
@@ -104,7 +106,8 @@ class _FakeGpu:
         return replay
 
 
-@pytest.mark.parametrize("kernel_ms, anchor_ms", [(0.2, 0.25), (0.25, 0.2), (6.0, 5.0)])
+@pytest.mark.parametrize("kernel_ms, anchor_ms", [(0.2, 0.25), (0.25, 0.2), (6.0, 5.0),
+                                                  (10.0, 0.01), (0.01, 10.0)])
 def test_anchored_screen_interleaves_kernel_and_anchor(monkeypatch, kernel_ms, anchor_ms):
     gpu = _FakeGpu(monkeypatch)
     kernel, anchor = method.anchored_screen(gpu.launch("A", kernel_ms), gpu.launch("B", anchor_ms),
@@ -114,14 +117,16 @@ def test_anchored_screen_interleaves_kernel_and_anchor(monkeypatch, kernel_ms, a
     assert launches == ["A", "B"] * (len(launches) // 2)  # A B A B ..., never two in a row
     assert (kernel.median_ms, anchor.median_ms) == (pytest.approx(kernel_ms), pytest.approx(anchor_ms))
     assert kernel.samples == anchor.samples >= method.SCREEN_LAUNCHES
-    for t in (kernel, anchor):  # each side alone meets the screen's time
-        assert t.samples * t.median_ms >= method.ANCHORED_SCREEN_MIN_MS
+    slower = max(kernel_ms, anchor_ms)  # the slower side meets the screen's time ...
+    assert kernel.samples * slower >= method.ANCHORED_SCREEN_MIN_MS
+    # ... and sizes it: a slow kernel is not run until its fast anchor has had 40 ms
+    assert kernel.samples <= max(method.SCREEN_LAUNCHES,
+                                 math.ceil(method.ANCHORED_SCREEN_MIN_MS / slower) + 1)
     warm_pairs = len(launches) // 2 - kernel.samples  # launched but not in the timings
     assert warm_pairs >= method.WARMUP_LAUNCHES
     assert warm_pairs * (kernel_ms + anchor_ms) >= method.ANCHORED_WARMUP_MIN_MS
-    if kernel_ms < 1:  # fast kernels: sized by time, not far past it
+    if kernel_ms + anchor_ms < 1:  # fast kernels: sized by time, not far past it
         assert warm_pairs * (kernel_ms + anchor_ms) < method.ANCHORED_WARMUP_MIN_MS + 1
-        assert kernel.samples * min(kernel_ms, anchor_ms) < method.ANCHORED_SCREEN_MIN_MS + 1
 
 
 def test_a_drifting_clock_moves_the_times_not_their_ratio(monkeypatch):
@@ -137,7 +142,7 @@ def test_confirmation_keeps_three_warm_up_pairs_then_its_own_minimums(monkeypatc
     kernel, _ = method.interleaved(gpu.launch("A", 0.2), gpu.launch("B", 0.25), gpu.flush,
                                    lambda: None, min_launches=100, min_ms=300.0)
     assert gpu.log.count("A") - kernel.samples == method.WARMUP_LAUNCHES
-    assert kernel.samples * 0.2 >= 300.0
+    assert kernel.samples * 0.25 >= 300.0  # the slower side's time
 
 
 def test_plain_screen_times_the_launch_alone(monkeypatch):
@@ -174,8 +179,8 @@ def test_the_cuda_evaluator_times_every_trial_beside_cublas(monkeypatch, kernel_
     # the last screen (or the confirmation) ran kernel and cuBLAS samples in turn, per_sample each
     timed = runs[-2 * per_sample * timing.samples:]
     assert timed == (["A"] * per_sample + ["B"] * per_sample) * timing.samples
-    assert timing.samples * per_sample * kernel_ms >= (confirm[1] if confirm
-                                                       else method.ANCHORED_SCREEN_MIN_MS)
+    assert timing.samples * per_sample * max(kernel_ms, cublas_ms) >= (
+        confirm[1] if confirm else method.ANCHORED_SCREEN_MIN_MS)
     unit = "launches" if per_sample == 1 else f"CUDA graphs of {per_sample} launches"
     how = "confirmed over" if confirm else "screened"
     assert note == f"{how} {timing.samples} {unit} interleaved with cuBLAS"

@@ -1,0 +1,67 @@
+"""benchmarks/profile_h200.py --summarize: ncu's raw CSV -> a row per shape, tunefw beside cuBLAS."""
+import argparse
+import csv
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "profile_h200.py"
+spec = importlib.util.spec_from_file_location("profile_h200", SCRIPT)
+profile = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(profile)
+
+COLUMNS = ["ID", "Kernel Name", "launch__grid_size", "launch__cluster_dim_x",
+           *(metric for metric, _ in profile.METRICS.values())]
+
+
+def _row(i: int, name: str, time_ns: float, grid: int = 132, cluster: int = 2) -> list[str]:
+    values = {"gpu__time_duration.sum": f"{time_ns:,.0f}", "dram__bytes_read.sum": "1,000,000",
+              "lts__t_bytes.sum": "2,000,000", "gpc__cycles_elapsed.avg.per_second": "1,500,000,000",
+              "sm__throughput.avg.pct_of_peak_sustained_elapsed": "90",
+              "lts__throughput.avg.pct_of_peak_sustained_elapsed": "50"}
+    return [str(i), name, str(grid), str(cluster), *(values[m] for m, _ in profile.METRICS.values())]
+
+
+def _csv(tmp_path: Path, rows: list[list[str]]) -> Path:
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(COLUMNS)
+    writer.writerow(["", "", "", "", "nsecond", "byte", "byte", "hz", "%", "%"])  # ncu's units row
+    writer.writerows(rows)
+    path = tmp_path / "ncu.csv"
+    path.write_text("==PROF== Connected to process 1\n" + out.getvalue())
+    return path
+
+
+def _args(shapes: str) -> argparse.Namespace:
+    return argparse.Namespace(shapes=shapes, table="t.json", device="H200", script_commit="abc")
+
+
+def test_shapes_pair_tunefw_with_cublas_and_sum_its_reduce_kernel(tmp_path):
+    ours, gemm, reduce, norm = ("void gemm_wgmma_sm90<0, 64>", "nvjet_sm90_tst_128x16_splitK",
+                                "void cublasLt::splitKreduce_kernel", "void at::reduce_kernel")
+    rows = [_row(1, ours, 20_000), _row(2, ours, 22_000),            # shape 1: tunefw x2
+            _row(3, gemm, 18_000), _row(4, gemm, 18_000), _row(5, norm, 9_000),
+            _row(6, ours, 34_000), _row(7, ours, 34_000),            # shape 2
+            _row(8, gemm, 31_000), _row(9, reduce, 3_000, 128, 0),
+            _row(10, gemm, 31_000), _row(11, reduce, 3_000, 128, 0)]
+    result = profile.summarize(_csv(tmp_path, rows), _args("128x6144x4096,16x4096x14336"))
+    first, second = result["rows"]
+    assert first["shape"] == "128x6144x4096"
+    assert first["tunefw"]["time_us"] == pytest.approx(21.0)  # median of the two launches
+    assert first["cublas"]["kernels"] == [gemm] and first["cublas"]["launches"] == 2
+    assert first["ratio"] == pytest.approx(18.0 / 21.0)
+    assert second["cublas"]["kernels"] == [gemm, reduce]  # one cuBLAS call = two kernels
+    assert second["cublas"]["time_us"] == pytest.approx(34.0)
+    assert second["cublas"]["grid"] == [132, 128] and second["cublas"]["cluster"] == [2, 1]
+    assert second["cublas"]["dram_read_mb"] == pytest.approx(2.0)  # bytes add up over a call
+    assert second["cublas"]["sm_clock_mhz"] == pytest.approx(1500.0)  # rates do not
+    assert result["script_commit"] == "abc"
+
+
+def test_a_shape_list_that_does_not_match_the_csv_is_refused(tmp_path):
+    rows = [_row(1, "void gemm_wgmma_sm90<0>", 20_000), _row(2, "nvjet_x", 18_000)]
+    with pytest.raises(SystemExit, match="names 2 shapes, the CSV holds 1"):
+        profile.summarize(_csv(tmp_path, rows), _args("1x2x3,4x5x6"))

@@ -100,36 +100,17 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
-    import torch
+    from table_gemms import table_gemms
 
-    from tunefw.dispatch import load
-    from tunefw.evaluate import method
-    from tunefw.runtime import Dispatcher
-
-    table = load(args.table)
-    dispatcher = Dispatcher(table)
     nvml = NvmlSampler()
     nvml.start()
     rows = []
-    for i, e in enumerate(table.entries):
-        if 2.0 * e.M * e.N * e.K < args.min_gflop * 1e9:
-            continue
-        a, b = method.make_inputs(e.M, e.N, e.K, e.dtype, i, device="cuda")
-        plan = dispatcher.plan_for(a, b)
-        if plan is None:
-            print(f"{e.M}x{e.N}x{e.K}: no kernel ({dispatcher.explain(e.M, e.N, e.K)})")
-            continue
-        c = torch.empty(e.M, e.N, dtype=a.dtype, device="cuda")
-        c_ref = torch.empty_like(c)
-        args_ = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
-        stream = torch.cuda.current_stream().cuda_stream
-        kernels = {"tunefw": lambda: plan.launch(args_, stream),
-                   "cublas": lambda: torch.mm(a, b.t(), out=c_ref)}
-        flops = 2.0 * e.M * e.N * e.K
+    for g in table_gemms(args.table, lambda e: 2.0 * e.M * e.N * e.K >= args.min_gflop * 1e9):
+        e = g.entry
         runs = []
         for name in ("tunefw", "cublas", "tunefw", "cublas"):
             time.sleep(args.idle)
-            runs.append({"kernel": name, **sustained(kernels[name], flops, args.seconds,
+            runs.append({"kernel": name, **sustained(getattr(g, name), g.flops, args.seconds,
                                                      args.settle, nvml)})
         mine = [r for r in runs if r["kernel"] == "tunefw"]
         ref = [r for r in runs if r["kernel"] == "cublas"]

@@ -48,36 +48,26 @@ def main() -> int:
 
     import torch
 
-    from tunefw.dispatch import load
-    from tunefw.evaluate import method
-    from tunefw.runtime import Dispatcher
+    from table_gemms import table_gemms
 
-    table = load(args.table)
-    dispatcher = Dispatcher(table)
     wanted = {tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s}
-    for i, e in enumerate(table.entries):
-        if wanted and (e.M, e.N, e.K) not in wanted:
-            continue
-        if not wanted and 2.0 * e.M * e.N * e.K < args.min_gflop * 1e9:
-            continue
-        a, b = method.make_inputs(e.M, e.N, e.K, e.dtype, i, device="cuda")
-        plan = dispatcher.plan_for(a, b)
-        if plan is None:
-            print(f"{e.M}x{e.N}x{e.K}: no kernel ({dispatcher.explain(e.M, e.N, e.K)})")
-            continue
-        c = torch.empty(e.M, e.N, dtype=a.dtype, device="cuda")
-        c_ref = torch.empty_like(c)
-        params = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
-        stream = torch.cuda.current_stream().cuda_stream
+
+    def keep(e) -> bool:
+        if wanted:
+            return (e.M, e.N, e.K) in wanted
+        return 2.0 * e.M * e.N * e.K >= args.min_gflop * 1e9
+
+    for g in table_gemms(args.table, keep):
+        e = g.entry
         torch.cuda.nvtx.range_push(f"{e.M}x{e.N}x{e.K}")
         for _ in range(args.repeats):
-            plan.launch(params, stream)
+            g.tunefw()
         for _ in range(args.repeats):
-            torch.mm(a, b.t(), out=c_ref)
+            g.cublas()
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
-        err = float((c.float() - c_ref.float()).norm() / c_ref.float().norm())
-        print(f"{e.M}x{e.N}x{e.K}: {plan.entry.config} rel diff vs cuBLAS {err:.2e}", flush=True)
+        err = float((g.c.float() - g.c_ref.float()).norm() / g.c_ref.float().norm())
+        print(f"{e.M}x{e.N}x{e.K}: {e.config} rel diff vs cuBLAS {err:.2e}", flush=True)
     return 0
 
 

@@ -225,7 +225,7 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
     refused = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 was timed with method unversioned, this launch times "
-        "with anchored-1: pass --new-round to start a new round"]
+        "with anchored-2: pass --new-round to start a new round"]
     assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("UPDATE tunefw_study SET fingerprint = NULL, space_hashes = '{}'")

@@ -100,9 +100,11 @@ class _FakeGpu:
 
     def graph(self, launch, repeats: int):
         """method.capture_graph's stand-in: a replay runs the launch ``repeats`` times."""
+        launches = launch if isinstance(launch, list) else [launch]
+
         def replay() -> None:
-            for _ in range(repeats):
-                launch()
+            for i in range(repeats):
+                launches[i % len(launches)]()
         return replay
 
 

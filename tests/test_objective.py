@@ -20,7 +20,7 @@ X = Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0)  # 0.875x
 Y = Outcome(Status.OK, tflops=600.0, cublas_tflops=500.0)  # 1.2x
 NO_CUBLAS = Outcome(Status.OK, tflops=900.0)  # an OK row without a cuBLAS figure
 H200_FP = {"name": H200.name, "cc": H200.cc, "sm_count": H200.sm_count, "driver": "580",
-           "cuda": "13.0", "compiler": "nvrtc 13.0", "method": "anchored-1"}
+           "cuda": "13.0", "compiler": "nvrtc 13.0", "method": "anchored-2"}
 
 
 @pytest.fixture

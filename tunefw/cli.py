@@ -303,19 +303,23 @@ def export_cmd(
 
 @app.command("compile")
 def compile_cmd(
-    family: str = typer.Argument(..., help="Kernel family (mma_sm80 | wgmma_sm90)."),
+    family: str = typer.Argument(..., help="Kernel family (mma_sm80 | wgmma_sm90 | skinny_sm90)."),
     arch: str = typer.Option(..., "--arch", help="sm_80 | sm_90 | sm_90a."),
     sample: int = typer.Option(8, "--sample", help="How many random valid configs."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     config: Optional[str] = typer.Option(None, "--config", help="One config as JSON instead."),
     check_sass: bool = typer.Option(False, "--check-sass", help="Fail configs whose SASS uses "
-                                    "local memory (LDL/STL), or lacks HGMMA for wgmma_sm90."),
+                                    "local memory (LDL/STL) or lacks the family's tensor-core op "
+                                    "(HGMMA for wgmma_sm90, HMMA otherwise)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16."),
+    shape: str = typer.Option("4096x4096x4096", "--shape",
+                              help="MxNxK the configs are sampled and checked for."),
 ) -> None:
     """Compile sampled (or given) configs without a GPU; report registers, smem, spills."""
     from tunefw.compile_cmd import run_compile
-    code = run_compile(family, arch, sample, seed, config, check_sass, cache_dir, dtype, out)
+    code = run_compile(family, arch, sample, seed, config, check_sass, cache_dir, dtype, out,
+                       shape=shape)
     raise typer.Exit(code)
 
 

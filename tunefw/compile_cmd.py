@@ -18,7 +18,7 @@ from rich.markup import escape
 from tunefw.compiler import CompilePool, CompileResult, check_arch, compiler_info, sass_check
 from tunefw.device import A100, H200, DeviceSpec
 from tunefw.errors import UserError
-from tunefw.problem import GemmProblem
+from tunefw.problem import GemmProblem, parse_shape
 from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 
@@ -90,12 +90,15 @@ def _line(config: dict, result: CompileResult, sass_reason: str | None) -> str:
 
 def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str | None,
                 check_sass: bool, cache_dir: Path | None, dtype: str = "bf16",
-                console: Console | None = None, source_dir: Path | None = None) -> int:
-    """Compile configs of a family, print one line each and a summary; 1 if any failed."""
+                console: Console | None = None, source_dir: Path | None = None,
+                shape: str | None = None) -> int:
+    """Compile configs of a family (sampled valid for ``shape``, default 4096^3), print one line
+    each and a summary; 1 if any failed."""
     console = console or Console()
     template = get_family(family)
     device = device_for_arch(arch)
-    problem = GemmProblem(REPRESENTATIVE_SIZE, REPRESENTATIVE_SIZE, REPRESENTATIVE_SIZE, dtype)
+    problem = (parse_shape(shape, dtype) if shape else
+               GemmProblem(REPRESENTATIVE_SIZE, REPRESENTATIVE_SIZE, REPRESENTATIVE_SIZE, dtype))
     if config_json is not None:
         configs = [parse_config(template, config_json)]
         reason = template.check(configs[0], problem, device)
@@ -114,7 +117,7 @@ def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str
         futures = [pool.submit(template, config, dtype, arch) for config in configs]
         for config, future in zip(configs, futures):
             result = future.result()
-            sass_reason = (sass_check(result.cubin, require_hgmma=template.needs_arch_suffix)
+            sass_reason = (sass_check(result.cubin, require_op="HGMMA" if template.needs_arch_suffix else "HMMA")
                            if check_sass and result.ok else None)
             failed += (not result.ok) or bool(sass_reason)
             results.append(result)

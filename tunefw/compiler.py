@@ -539,12 +539,15 @@ def sass_opcodes(cubin: bytes) -> list[str]:
                       proc.stdout, re.MULTILINE)
 
 
-def sass_check(cubin: bytes, require_hgmma: bool) -> str | None:
-    """Why the SASS is unacceptable (local memory use, or no HGMMA where wgmma is required)."""
+def sass_check(cubin: bytes, require_hgmma: bool = False, require_op: str | None = None) -> str | None:
+    """Why the SASS is unacceptable: local memory use, or no ``require_op`` (e.g. HMMA for
+    mma.sync) / HGMMA (``require_hgmma``) where the family's tensor-core op is required."""
     bases = [op.split(".", 1)[0] for op in sass_opcodes(cubin)]
     local = sum(base in ("LDL", "STL") for base in bases)
     if local:
         return f"SASS touches local memory: {local} LDL/STL instructions (spills or stack arrays)"
     if require_hgmma and "HGMMA" not in bases:
         return "SASS has no HGMMA instruction (wgmma not used)"
+    if require_op and require_op not in bases:
+        return f"SASS has no {require_op} instruction (tensor cores not used)"
     return None

@@ -29,6 +29,8 @@ MODULES_KEPT = 64
 INPUT_SETS_KEPT = 2
 POLL_S = 1e-4
 WARM_UP_S = 1.0
+ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
+ROTATE_MAX_COPIES = 64
 E = cu.CUresult
 # Errors a launch can report without breaking the context: the config does not fit the GPU.
 RESOURCE_ERRORS = {E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, E.CUDA_ERROR_INVALID_VALUE,
@@ -107,6 +109,8 @@ class CudaEvaluator:
         self._modules: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self._inputs: OrderedDict[tuple[str, int], _Inputs] = OrderedDict()
         self._workspace = torch.zeros(0, dtype=torch.uint8, device=self.device)
+        self._rotation: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._rotation_key: tuple | None = None
         self._poisoned = ""
         self._nvml = _Nvml(self._static["uuid"])
         self._warm_up(WARM_UP_S)
@@ -219,6 +223,17 @@ class CudaEvaluator:
         run = lambda: self._launch(function, launch, params)  # noqa: E731
         wait = lambda: self._wait(deadline)  # noqa: E731
 
+        def rotations() -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:
+            """Kernel and cuBLAS launches over copies of the operands (see _copies)."""
+            runs, anchors = [run], [inputs.cublas]
+            for a, b in self._copies(problem, inputs)[1:]:
+                copy = {**ptrs, "a": a.data_ptr(), "b": b.data_ptr()}
+                cargs = template.kernel_args(spec.config, problem, copy)
+                cparams = (tuple(v for v, _ in cargs), tuple(t for _, t in cargs))
+                runs.append(lambda p=cparams: self._launch(function, launch, p))
+                anchors.append(lambda a=a, b=b: torch.mm(a, b.t(), out=inputs.scratch))
+            return runs, anchors
+
         run()  # first run: a kernel that does not reset its split-K state fails the next one
         wait()
         inputs.c.fill_(float("nan"))
@@ -228,23 +243,27 @@ class CudaEvaluator:
         if not verdict.ok:
             return Outcome(Status.WRONG_ANSWER, log=verdict.reason, rel_err=verdict.rel_err)
 
-        timing, cublas, note = self._time(run, inputs.cublas, wait, confirm)
+        timing, cublas, note = self._time(run, inputs.cublas, wait, confirm, rotations)
         return Outcome(Status.OK, log=note, median_ms=timing.median_ms, min_ms=timing.min_ms,
                        iqr_ms=timing.iqr_ms, tflops=_tflops(problem, timing.median_ms),
                        rel_err=verdict.rel_err, cublas_tflops=_tflops(problem, cublas.median_ms),
                        cublas_median_ms=cublas.median_ms)
 
     def _time(self, run: Callable[[], None], cublas: Callable[[], None],
-              wait: Callable[[], None], confirm: tuple[int, float] | None
+              wait: Callable[[], None], confirm: tuple[int, float] | None,
+              rotations: Callable[[], tuple[list, list]] | None = None
               ) -> tuple[method.Timing, method.Timing, str]:
         """Kernel and cuBLAS timings and how they were taken: an anchored screen (CUDA graphs of
-        both for a small kernel), then for a confirmation the longer interleaved run."""
+        both for a small kernel, cycling over ``rotations()``'s operand copies so that no launch
+        of a graph finds the last one's operands in L2), then for a confirmation the longer
+        interleaved run."""
         kernel, anchor, per_sample = run, cublas, 1
         timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait)
         if timing.median_ms < method.GRAPH_BELOW_MS:
             per_sample = method.graph_repeats(timing.median_ms)
-            kernel = method.capture_graph(run, per_sample)
-            anchor = method.capture_graph(cublas, per_sample)
+            runs, anchors = rotations() if rotations else ([run], [cublas])
+            kernel = method.capture_graph(runs, per_sample)
+            anchor = method.capture_graph(anchors, per_sample)
             timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait,
                                                       launches_per_sample=per_sample)
         how = "screened"
@@ -326,6 +345,20 @@ class CudaEvaluator:
                 self._inputs.popitem(last=False)
         self._inputs.move_to_end(key)
         return self._inputs[key]
+
+    def _copies(self, problem: GemmProblem, inputs: _Inputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(A, B) and enough copies of them that a graph's launches, cycling over the copies,
+        read more than ROTATE_L2_FACTOR x L2 between two uses of one: a decode GEMM's weight
+        (32 MB at 1x4096x4096) fits the H200's L2, and back-to-back launches on one copy would
+        time L2, not HBM, where a served model reads each layer's weight after all the others."""
+        key = (problem.key(), inputs.a.data_ptr())
+        if self._rotation_key != key:
+            per_copy = inputs.a.numel() * inputs.a.element_size() + inputs.b.numel() * inputs.b.element_size()
+            count = min(ROTATE_MAX_COPIES, max(1, math.ceil(ROTATE_L2_FACTOR * self._spec.l2_bytes / per_copy)))
+            self._rotation = [(inputs.a, inputs.b)] + [(inputs.a.clone(), inputs.b.clone())
+                                                       for _ in range(count - 1)]
+            self._rotation_key = key
+        return self._rotation
 
     def _workspace_for(self, nbytes: int) -> torch.Tensor:
         """A zeroed workspace of at least nbytes (grown when needed, zeroed once per trial)."""

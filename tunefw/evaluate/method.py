@@ -111,7 +111,7 @@ ANCHORED_SCREEN_MIN_MS = 40.0  # of the slower side
 # The timing method's name, part of every trial's device fingerprint: a stored measurement is
 # reused, and a study round resumed, only under the method that took it (a ratio to a cuBLAS
 # screened once per worker is not the ratio to the cuBLAS interleaved with the screen).
-METHOD = "anchored-1"
+METHOD = "anchored-2"  # 2: graph timings cycle over operand copies past L2 (evaluate/cuda.py)
 MAX_LAUNCHES = 5000
 GRAPH_BELOW_MS = 0.020  # kernels faster than this are also timed as a CUDA graph of launches
 GRAPH_MIN_MS = 0.2  # a graph holds enough launches to run at least this long
@@ -217,10 +217,13 @@ def graph_repeats(per_launch_ms: float) -> int:
     return max(2, math.ceil(GRAPH_MIN_MS / max(per_launch_ms, 1e-4)))
 
 
-def capture_graph(launch: Callable[[], None], repeats: int) -> Callable[[], None]:
-    """A CUDA graph of ``repeats`` back-to-back launches; returns its replay function."""
+def capture_graph(launch: Callable[[], None] | list[Callable[[], None]],
+                  repeats: int) -> Callable[[], None]:
+    """A CUDA graph of ``repeats`` back-to-back launches (cycling over a list of launches, e.g.
+    the same GEMM on rotating operand copies); returns its replay function."""
+    launches = launch if isinstance(launch, list) else [launch]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(repeats):
-            launch()
+        for i in range(repeats):
+            launches[i % len(launches)]()
     return graph.replay

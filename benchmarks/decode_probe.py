@@ -1,0 +1,162 @@
+"""GPU probe of the skinny_sm90 decode family: HBM roofline, correctness over edge shapes, and
+the best of a random sample per decode shape against cuBLAS in the same run.
+
+Every trial goes through the product's CUDA evaluator (NaN-poisoned C, fp32 reference per row,
+anchored screen interleaved with cuBLAS; kernels under 20 us as CUDA graphs cycling over operand
+copies past L2), in child worker processes with a watchdog (benchmarks/evaluator_gpu_check.py).
+First the streaming-read bandwidth of >= 4 GB is measured, so every row's effective TB/s can be
+read as a fraction of what this GPU streams today.
+
+    PYTHONPATH=. python benchmarks/decode_probe.py --per-shape 24 --edge-configs 12
+
+Writes $OUT/decode_probe_h200.json (else benchmarks/results/).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks"), str(REPO / "tests")]
+
+from evaluator_gpu_check import run_jobs  # noqa: E402
+from tunefw.compiler import CompilePool, compiler_info  # noqa: E402
+from tunefw.device import H200  # noqa: E402
+from tunefw.problem import GemmProblem  # noqa: E402
+from tunefw.templates import get_family  # noqa: E402
+
+FAMILY = "skinny_sm90"
+LAYERS = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
+          "down": (4096, 14336)}
+DECODE_M = (1, 4, 16, 32, 64)
+EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 136, 264),
+               (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096))
+
+
+def stream_read_tbs(gib: float = 4.0, repeats: int = 10) -> dict:
+    """Best and median TB/s of a full read of `gib` GiB (a float32 sum), and of a copy."""
+    import torch
+    x = torch.ones(int(gib * 2**30 // 4), dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    reads, copies = [], []
+    for _ in range(repeats):
+        for fn, acc, nbytes in ((lambda: x.sum(), reads, x.numel() * 4),
+                                (lambda: y.copy_(x), copies, 2 * x.numel() * 4)):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            acc.append(nbytes / (s.elapsed_time(e) * 1e-3) / 1e12)
+    del x, y
+    torch.cuda.empty_cache()
+    reads.sort()
+    copies.sort()
+    return {"bytes": int(gib * 2**30), "read_tbs_best": reads[-1],
+            "read_tbs_median": reads[len(reads) // 2], "copy_tbs_best": copies[-1]}
+
+
+def sample(problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
+    """The family's valid seeds for the problem, then up to n distinct random valid configs."""
+    family = get_family(FAMILY)
+    configs = [c for c in family.seed_configs() if family.check(c, problem, H200) is None]
+    space = [c for c in family.iter_space() if family.check(c, problem, H200) is None]
+    rng.shuffle(space)
+    for c in space:
+        if len(configs) >= n:
+            break
+        if c not in configs:
+            configs.append(c)
+    return configs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-shape", type=int, default=24)
+    ap.add_argument("--edge-configs", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    bandwidth = stream_read_tbs()
+
+    jobs, meta = [], {}
+    def add(kind: str, problem: GemmProblem, configs: list[dict], label: str) -> None:
+        for config in configs:
+            jid = len(jobs)
+            jobs.append({"id": jid, "family": FAMILY, "config": config, "problem": problem.as_dict(),
+                         "timeout_s": 30.0, "kind": "screen"})
+            meta[jid] = {"set": kind, "label": label}
+    for m, n, k in EDGE_SHAPES:
+        p = GemmProblem(m, n, k)
+        add("edge", p, sample(p, args.edge_configs, rng), "edge")
+    for label, (n, k) in LAYERS.items():
+        for m in DECODE_M:
+            p = GemmProblem(m, n, k)
+            add("decode", p, sample(p, args.per_shape, rng), label)
+
+    cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp()
+    family = get_family(FAMILY)
+    unique = {json.dumps(j["config"], sort_keys=True): j["config"] for j in jobs}
+    with CompilePool(os.cpu_count() or 4, cache_dir=cache_dir) as pool:  # compile ahead, all cores
+        futures = [pool.submit(family, c, "bf16", "sm_90a") for c in unique.values()]
+        compiled = [f.result() for f in futures]
+    compile_failed = [r.log[:300] for r in compiled if not r.ok]
+    outcomes, _, worker = run_jobs(jobs, cache_dir)
+
+    rows = []
+    for job in jobs:
+        o = outcomes.get(job["id"], {})
+        p = GemmProblem(**job["problem"])
+        ms = o.get("median_ms")
+        rows.append({**meta[job["id"]], "M": p.M, "N": p.N, "K": p.K, "config": job["config"],
+                     "status": o.get("status"), "log": (o.get("log") or "")[:200],
+                     "median_ms": ms, "tflops": o.get("tflops"),
+                     "cublas_tflops": o.get("cublas_tflops"),
+                     "ratio": (o["tflops"] / o["cublas_tflops"]) if o.get("tflops") and o.get("cublas_tflops") else None,
+                     "bytes": p.min_bytes, "tbs": p.min_bytes / (ms * 1e-3) / 1e12 if ms else None,
+                     "cublas_tbs": (p.min_bytes / (o["cublas_median_ms"] * 1e-3) / 1e12
+                                    if o.get("cublas_median_ms") else None),
+                     "regs": o.get("regs")})
+    best = {}
+    for r in rows:
+        if r["set"] != "decode" or r["status"] != "OK":
+            continue
+        key = (r["M"], r["N"], r["K"])
+        if key not in best or r["ratio"] > best[key]["ratio"]:
+            best[key] = r
+    report = {
+        "script": "benchmarks/decode_probe.py", "date": datetime.date.today().isoformat(),
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 cwd=REPO).stdout.strip() or None,
+        "device": worker.get("fingerprint"), "compiler": compiler_info().label,
+        "stream_read": bandwidth, "compile_failed": compile_failed,
+        "wrong": sum(r["status"] == "WRONG_ANSWER" for r in rows),
+        "status_counts": {s: sum(r["status"] == s for r in rows) for s in {r["status"] for r in rows}},
+        "best_by_shape": [{k: v for k, v in r.items() if k != "log"} for r in best.values()],
+        "rows": rows,
+    }
+    out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "decode_probe_h200.json").write_text(json.dumps(report, indent=1, default=str))
+    read = bandwidth["read_tbs_best"]
+    print(f"stream read {read:.2f} TB/s (median {bandwidth['read_tbs_median']:.2f}), "
+          f"copy {bandwidth['copy_tbs_best']:.2f}; statuses {report['status_counts']}; "
+          f"compile failures {len(compile_failed)}")
+    for r in rows:
+        if r["status"] not in ("OK", None) and r["status"] != "INVALID":
+            print("  ", r["status"], r["M"], r["N"], r["K"], json.dumps(r["config"]), r["log"][:120])
+    print(f"{'shape':>18} {'ratio':>6} {'TB/s':>5} {'%read':>5} {'cuBLAS TB/s':>11}  config")
+    for r in sorted(best.values(), key=lambda r: (r["N"], r["K"], r["M"])):
+        print(f"{r['M']:>5}x{r['N']:>5}x{r['K']:>5} {r['ratio']:6.3f} {r['tbs']:5.2f} "
+              f"{100 * r['tbs'] / read:5.1f} {r['cublas_tbs']:11.2f}  {json.dumps(r['config'])}")
+
+
+if __name__ == "__main__":
+    main()

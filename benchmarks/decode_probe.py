@@ -36,6 +36,7 @@ FAMILY = "skinny_sm90"
 LAYERS = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336)}
 DECODE_M = (1, 4, 16, 32, 64)
+CHUNK = 200  # jobs per worker command line (Linux caps one argument at 128 KiB)
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 136, 264),
                (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096))
 
@@ -108,7 +109,10 @@ def main() -> None:
         futures = [pool.submit(family, c, "bf16", "sm_90a") for c in unique.values()]
         compiled = [f.result() for f in futures]
     compile_failed = [r.log[:300] for r in compiled if not r.ok]
-    outcomes, _, worker = run_jobs(jobs, cache_dir)
+    outcomes, worker = {}, {}
+    for start in range(0, len(jobs), CHUNK):  # the jobs travel on the worker's command line
+        got, _, worker = run_jobs(jobs[start:start + CHUNK], cache_dir)
+        outcomes.update(got)
 
     rows = []
     for job in jobs:

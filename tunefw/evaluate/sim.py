@@ -24,7 +24,7 @@ from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 
 SIM_DEVICE = H200
-FAMILY_EFFICIENCY = {"wgmma_sm90": 0.86, "mma_sm80": 0.47}  # of the dense tensor-core peak
+FAMILY_EFFICIENCY = {"wgmma_sm90": 0.86, "mma_sm80": 0.47, "skinny_sm90": 0.4}  # of the dense tensor-core peak
 CUBLAS_EFFICIENCY = 0.80
 LAUNCH_US = 4.0
 

@@ -11,7 +11,7 @@
 // 16-byte load) and feeds them to two k16 MMA steps in a fixed permutation used for both
 // operands (see load_step / mma_step): every k is multiplied with its own partner exactly once.
 //
-// Work: CTA = WARPS warps over BN rows of B; a cluster of CK CTAs splits K; inside a CTA the
+// Work: CTA = WARPS warps over BN rows of B (at least OCC CTAs per SM: __launch_bounds__); a cluster of CK CTAs splits K; inside a CTA the
 // warps take the cluster rank's k-steps in turn. Reduction is deterministic and costs no global
 // traffic: warps' partials are summed in shared memory in warp order, then (CK > 1) rank r sums
 // its share of the tile over the cluster's CTAs through DSMEM in rank order, adds the bias and
@@ -85,29 +85,59 @@ struct Step {
   V4 a[MT][KV];
 };
 
+// The rows a thread reads, fixed for the whole kernel: a pointer to the start of each row of B
+// (rows g and g+8 of each 16-row tile) and of A (row t*8+g of each n8 tile), and whether the row
+// exists. Rows past N or M point at row 0 and are never read (their loads are predicated off).
+template <int RT, int MT>
+struct Rows {
+  const u16* b[RT][2];
+  const u16* a[MT];
+  unsigned b_ok, a_ok;  // bit i*2+h, bit t
+};
+
+template <int RT, int MT>
+__device__ __forceinline__ Rows<RT, MT> rows_of(const u16* A, const u16* B, int M, int N, int K,
+                                                int n0, int g) {
+  Rows<RT, MT> r;
+  r.b_ok = r.a_ok = 0;
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = n0 + i * 16 + h * 8 + g;
+      const bool ok = row < N;
+      r.b[i][h] = B + (ok ? (long long)row * K : 0);
+      r.b_ok |= (unsigned)ok << (i * 2 + h);
+    }
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int m = t * 8 + g;
+    const bool ok = m < M;
+    r.a[t] = A + (ok ? (long long)m * K : 0);
+    r.a_ok |= (unsigned)ok << t;
+  }
+  return r;
+}
+
 // Step s covers k in [s*32*KV, (s+1)*32*KV); vector v of lane (g, c) holds k = base+v*32+c*8..+7.
-template <int RT, int MT, int KV, int L2PF, class T>
-__device__ __forceinline__ void load_step(Step<RT, MT, KV>& st, const T* __restrict__ A,
-                                          const T* __restrict__ B, int M, int N, int K, int n0,
-                                          int step, bool live, int g, int c) {
+template <int RT, int MT, int KV, int L2PF>
+__device__ __forceinline__ void load_step(Step<RT, MT, KV>& st, const Rows<RT, MT>& r, int K,
+                                          int step, bool live, int c) {
 #pragma unroll
   for (int v = 0; v < KV; ++v) {
     const int k = step * 32 * KV + v * 32 + c * 8;
     const bool kin = live && k < K;  // K % 8 == 0: a vector is wholly inside or outside
 #pragma unroll
-    for (int i = 0; i < RT; ++i) {
+    for (int i = 0; i < RT; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = n0 + i * 16 + h * 8 + g;
-        const bool p = kin && row < N;
-        st.b[i][h][v] = ld_stream<L2PF>(B + (p ? (long long)row * K + k : 0), p);
+        const bool p = kin && ((r.b_ok >> (i * 2 + h)) & 1u);
+        st.b[i][h][v] = ld_stream<L2PF>(r.b[i][h] + (p ? k : 0), p);
       }
-    }
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
-      const int m = t * 8 + g;
-      const bool p = kin && m < M;
-      st.a[t][v] = ld_act(A + (p ? (long long)m * K + k : 0), p);
+      const bool p = kin && ((r.a_ok >> t) & 1u);
+      st.a[t][v] = ld_act(r.a[t] + (p ? k : 0), p);
     }
   }
 }
@@ -176,8 +206,8 @@ struct Smem {
 }  // namespace skinny
 }  // namespace tunefw
 
-template <int DTYPE, int BN, int MT, int KV, int PF, int WARPS, int CK, int L2PF>
-__global__ void __launch_bounds__(WARPS * 32)
+template <int DTYPE, int BN, int MT, int KV, int PF, int WARPS, int CK, int L2PF, int OCC>
+__global__ void __launch_bounds__(WARPS * 32, OCC)
     gemm_skinny_sm90(const tunefw::u16* __restrict__ A, const tunefw::u16* __restrict__ B,
                      tunefw::u16* __restrict__ C, const tunefw::u16* __restrict__ bias, int M, int N,
                      int K) {
@@ -210,10 +240,11 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[i][t][j] = 0.f;
 
+  const Rows<RT, MT> rows = rows_of<RT, MT>(A, B, M, N, K, n0, g);
   Step<RT, MT, KV> ring[PF];
 #pragma unroll
   for (int p = 0; p < PF; ++p) {
-    load_step<RT, MT, KV, L2PF>(ring[p], A, B, M, N, K, n0, first + p * WARPS, p < iters, g, c);
+    load_step<RT, MT, KV, L2PF>(ring[p], rows, K, first + p * WARPS, p < iters, c);
   }
   for (int it = 0; it < iters; it += PF) {
 #pragma unroll
@@ -221,8 +252,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       if (it + p < iters) {
         mma_step<DTYPE>(ring[p], acc);
         const int next = it + p + PF;
-        load_step<RT, MT, KV, L2PF>(ring[p], A, B, M, N, K, n0, first + next * WARPS, next < iters,
-                                    g, c);
+        load_step<RT, MT, KV, L2PF>(ring[p], rows, K, first + next * WARPS, next < iters, c);
       }
     }
   }
@@ -285,6 +315,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
     for (int e = 0; e < 8; ++e) s[e] = 0.f;
     const u32 off = base + (u32)((m * S::ROW + n) * 4);
+#pragma unroll 2  // registers: every rank's 8 floats in flight at once cost 8*CK
     for (int r = 0; r < CK; ++r) {
       float lo[4], hi[4];
       const u32 remote = sm90::mapa(off, (u32)r);

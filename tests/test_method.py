@@ -195,7 +195,7 @@ def test_graphs_hold_enough_launches():
 
 def test_cuda_failures_become_outcomes():
     from cuda.bindings import driver as cu
-    from tunefw.evaluate.cuda import CudaFailure, classify
+    from tunefw.cuda.driver import CudaFailure, classify
     E = cu.CUresult
     assert classify(CudaFailure(E.CUDA_ERROR_ILLEGAL_ADDRESS, "run", "k")) == (Status.RUNTIME_CRASH, True)
     assert classify(CudaFailure(E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "launch", "k")) == (

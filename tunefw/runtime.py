@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 import threading
 import warnings
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import Any
 
 import torch
 
-from tunefw.device import DeviceSpec, spec_for
+from tunefw.device import DeviceSpec
 from tunefw.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
@@ -81,17 +80,11 @@ _current_stream = _raw_stream_getter()
 
 def live_spec(index: int) -> DeviceSpec:
     """The limits of CUDA device ``index`` as the driver reports them."""
-    from cuda.bindings import driver as cu
-    from tunefw.evaluate.cuda import _check
+    from tunefw.cuda import driver
 
-    _check(cu.cuInit(0), "setup", "cuInit")
-    device = _check(cu.cuDeviceGet(index), "setup", "cuDeviceGet")
-    attr = lambda name: _check(cu.cuDeviceGetAttribute(  # noqa: E731
-        getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device), "setup", name)
     major, minor = torch.cuda.get_device_capability(index)
-    return spec_for(torch.cuda.get_device_name(index), major * 10 + minor,
-                    attr("MULTIPROCESSOR_COUNT"), attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-                    attr("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"), attr("L2_CACHE_SIZE"))
+    return driver.device_spec(driver.device(index), torch.cuda.get_device_name(index),
+                              major * 10 + minor)
 
 
 def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
@@ -127,8 +120,9 @@ class _Plan:
     def __init__(self, template: KernelTemplate, entry: DispatchEntry, problem: GemmProblem,
                  launch: Launch, function: Any, context: Any, device: torch.device) -> None:
         from cuda.bindings import driver as cu
+        from tunefw.cuda import driver
 
-        self._cu = cu
+        self._cu, self._driver = cu, driver  # the hot launch calls cuda.bindings directly
         self.template, self.entry, self.problem, self.launch_geometry = template, entry, problem, launch
         self.function, self.context, self.index = function, context, device.index
         self.out_shape = self._m, self._n = problem.M, problem.N
@@ -156,43 +150,28 @@ class _Plan:
     def _cluster_config(self, stream: int) -> Any:
         config = self._configs.get(stream)
         if config is None:
-            cu, launch = self._cu, self.launch_geometry
-            config = cu.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
-            config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
-            config.sharedMemBytes, config.hStream = launch.smem_bytes, cu.CUstream(stream)
-            attribute = cu.CUlaunchAttribute()
-            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            dim = attribute.value.clusterDim
-            dim.x, dim.y, dim.z = launch.cluster
-            config.attrs, config.numAttrs = [attribute], 1
-            self._configs[stream] = config
+            config = self._configs[stream] = self._driver.cluster_config(self.launch_geometry, stream)
         return config
 
     def launch(self, params: int, stream: int) -> None:
         """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
-        cu = self._cu
         if self.launch_geometry.cluster == (1, 1, 1):
-            (err,) = cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+            (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
         else:
-            (err,) = cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
-        if err != cu.CUresult.CUDA_SUCCESS:
+            (err,) = self._cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
+        if err != self._cu.CUresult.CUDA_SUCCESS:
             self._retry(err, params, stream)
 
     def _retry(self, err: Any, params: int, stream: int) -> None:
         """A thread without this device's context current: set it and launch again, once."""
-        from tunefw.evaluate.cuda import CudaFailure
-
-        cu = self._cu
-        if err in (cu.CUresult.CUDA_ERROR_INVALID_CONTEXT, cu.CUresult.CUDA_ERROR_INVALID_HANDLE):
-            cu.cuCtxSetCurrent(self.context)
-            if self.launch_geometry.cluster == (1, 1, 1):
-                (err,) = cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
-            else:
-                (err,) = cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
-                                             f"{self.problem.key()}")
+        d = self._driver
+        if err in d.NO_CONTEXT_ERRORS:
+            d.set_current(self.context)
+            err = d.launch_raw(self.function, self.launch_geometry, params, stream,
+                               self._cluster_config(stream) if self.launch_geometry.cluster != (1, 1, 1) else None)
+        if err != d.E.CUDA_SUCCESS:
+            raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
+                                               f"{self.problem.key()}")
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
         """C for operands of this plan's shape, or None when the kernel cannot read them
@@ -220,27 +199,17 @@ class _Device:
 
     def function(self, key: str, cubin: bytes, lowered_name: str, launch: Launch) -> Any:
         """The kernel (module loaded once per cubin) with its launch attributes set."""
-        from cuda.bindings import driver as cu
-        from tunefw.evaluate.cuda import _check
+        from tunefw.cuda import driver
 
         if self.context is None:
             torch.empty(1, device=torch.device("cuda", self.index))  # creates the primary context
-            _check(cu.cuInit(0), "setup", "cuInit")
-            device = _check(cu.cuDeviceGet(self.index), "setup", "cuDeviceGet")
-            self.context = _check(cu.cuDevicePrimaryCtxRetain(device), "setup", "cuDevicePrimaryCtxRetain")
-        _check(cu.cuCtxSetCurrent(self.context), "setup", "cuCtxSetCurrent")
+            self.context = driver.primary_context(driver.device(self.index))
+        driver.set_current(self.context)
         if key not in self.functions:
-            module = _check(cu.cuModuleLoadData(cubin), "load", "cuModuleLoadData")
+            module, self.functions[key] = driver.load(cubin, lowered_name)
             self.modules.append(module)
-            self.functions[key] = _check(cu.cuModuleGetFunction(module, lowered_name.encode()),
-                                         "load", f"cuModuleGetFunction({lowered_name})")
         function = self.functions[key]
-        attr = cu.CUfunction_attribute
-        _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     launch.smem_bytes), "setup", "dynamic shared memory")
-        if math.prod(launch.cluster) > 8:
-            _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                   "setup", "non-portable cluster size")
+        driver.configure(function, launch)
         return function
 
 
@@ -400,7 +369,7 @@ class Dispatcher:
 
     def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> _Plan | None:
         """Load or compile the entry's kernel for this shape; a failure sends it to cuBLAS."""
-        from tunefw.evaluate.cuda import CudaFailure
+        from tunefw.cuda.driver import CudaFailure
 
         dev = self._devices[index]
         problem = GemmProblem(M, N, K, entry.dtype)

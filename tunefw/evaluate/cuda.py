@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
-from cuda.bindings import driver as cu
 
 from tunefw.compiler import CompileResult, compiler_info
-from tunefw.device import DeviceSpec, spec_for
+from tunefw.cuda import driver
+from tunefw.cuda.driver import CudaFailure, classify
+from tunefw.device import DeviceSpec
 from tunefw.evaluate import method
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
@@ -31,43 +32,10 @@ POLL_S = 1e-4
 WARM_UP_S = 1.0
 ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
 ROTATE_MAX_COPIES = 64
-E = cu.CUresult
-# Errors a launch can report without breaking the context: the config does not fit the GPU.
-RESOURCE_ERRORS = {E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, E.CUDA_ERROR_INVALID_VALUE,
-                   E.CUDA_ERROR_OUT_OF_MEMORY, E.CUDA_ERROR_INVALID_CLUSTER_SIZE,
-                   E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE}
-# Errors loading a cubin that say the image does not suit this GPU.
-IMAGE_ERRORS = {E.CUDA_ERROR_NO_BINARY_FOR_GPU, E.CUDA_ERROR_INVALID_IMAGE, E.CUDA_ERROR_INVALID_PTX,
-                E.CUDA_ERROR_UNSUPPORTED_PTX_VERSION, E.CUDA_ERROR_NOT_FOUND}
-
-
-class CudaFailure(Exception):
-    """A CUDA driver call failed; ``stage`` is load, setup, launch or run."""
-
-    def __init__(self, code: cu.CUresult, stage: str, what: str) -> None:
-        super().__init__(f"{what}: {code.name}")
-        self.code, self.stage = code, stage
 
 
 class TrialTimeout(Exception):
     """The GPU was still busy with the trial's work at its deadline."""
-
-
-def classify(failure: CudaFailure) -> tuple[Status, bool]:
-    """(status, poisoned) for a failed driver call: only launch-time rejections leave the context sound."""
-    if failure.stage in ("setup", "launch") and failure.code in RESOURCE_ERRORS:
-        return Status.OUT_OF_RESOURCES, False
-    if failure.stage == "load" and failure.code in IMAGE_ERRORS:
-        return Status.COMPILE_ERROR, False
-    return Status.RUNTIME_CRASH, True
-
-
-def _check(result: tuple, stage: str, what: str) -> Any:
-    """Unpack a cuda.bindings (err, value...) tuple, raising CudaFailure on error."""
-    err, *values = result
-    if err != E.CUDA_SUCCESS:
-        raise CudaFailure(err, stage, what)
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 @dataclass
@@ -100,9 +68,8 @@ class CudaEvaluator:
         torch.cuda.set_device(self.device)
         torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference must be float32
         torch.empty(1, device=self.device)  # creates the primary context and makes it current
-        _check(cu.cuInit(0), "setup", "cuInit")
-        self._cu_device = _check(cu.cuDeviceGet(device_index), "setup", "cuDeviceGet")
-        self._context = _check(cu.cuDevicePrimaryCtxRetain(self._cu_device), "setup", "cuDevicePrimaryCtxRetain")
+        self._cu_device = driver.device(device_index)
+        self._context = driver.primary_context(self._cu_device)
         self._spec = self._live_spec()
         self._static = self._static_fingerprint()
         self._flush = method.L2Flush(self._spec.l2_bytes, self.device)
@@ -127,26 +94,14 @@ class CudaEvaluator:
             torch.cuda.synchronize(self.device)
 
     # ---- device identity ------------------------------------------------------------------
-    def _attribute(self, name: str) -> int:
-        attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-        return _check(cu.cuDeviceGetAttribute(attr, self._cu_device), "setup", name)
-
     def _live_spec(self) -> DeviceSpec:
         props = torch.cuda.get_device_properties(self.device)
-        return spec_for(props.name, props.major * 10 + props.minor,
-                        self._attribute("MULTIPROCESSOR_COUNT"),
-                        self._attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-                        self._attribute("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
-                        self._attribute("L2_CACHE_SIZE"))
+        return driver.device_spec(self._cu_device, props.name, props.major * 10 + props.minor)
 
     def _static_fingerprint(self) -> dict:
-        raw = bytes(_check(cu.cuDeviceGetUuid(self._cu_device), "setup", "cuDeviceGetUuid").bytes)
-        h = raw.hex()
-        uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-        driver_api = _check(cu.cuDriverGetVersion(), "setup", "cuDriverGetVersion")
-        return {"name": self._spec.name, "uuid": uuid, "cc": self._spec.cc,
-                "sm_count": self._spec.sm_count, "driver": None,
-                "cuda_driver_api": f"{driver_api // 1000}.{driver_api % 1000 // 10}",
+        return {"name": self._spec.name, "uuid": driver.device_uuid(self._cu_device),
+                "cc": self._spec.cc, "sm_count": self._spec.sm_count, "driver": None,
+                "cuda_driver_api": driver.driver_api_version(),
                 "cuda": torch.version.cuda, "compiler": compiler_info().label,
                 "method": method.METHOD}
 
@@ -193,7 +148,7 @@ class CudaEvaluator:
                  confirm: tuple[int, float] | None) -> Outcome:
         """_measure with every CUDA failure turned into its Outcome."""
         try:
-            cu.cuCtxSetCurrent(self._context)
+            driver.set_current(self._context)
             return self._measure(spec, compiled, deadline, confirm)
         except TrialTimeout as exc:
             return Outcome(Status.TIMEOUT, log=str(exc), poisoned=True)
@@ -282,51 +237,29 @@ class CudaEvaluator:
             self._modules.move_to_end(compiled.key)
             function = self._modules[compiled.key][1]
         else:
-            module = _check(cu.cuModuleLoadData(compiled.cubin), "load", "cuModuleLoadData")
-            function = _check(cu.cuModuleGetFunction(module, compiled.lowered_name.encode()),
-                              "load", f"cuModuleGetFunction({compiled.lowered_name})")
-            self._modules[compiled.key] = (module, function)
+            self._modules[compiled.key] = driver.load(compiled.cubin, compiled.lowered_name)
+            function = self._modules[compiled.key][1]
             if len(self._modules) > MODULES_KEPT:
                 _, (old, _) = self._modules.popitem(last=False)
-                cu.cuModuleUnload(old)
-        attr = cu.CUfunction_attribute
-        _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     launch.smem_bytes), "setup",
-               f"dynamic shared memory of {launch.smem_bytes} bytes")
-        if math.prod(launch.cluster) > 8:
-            _check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                   "setup", f"cluster of {math.prod(launch.cluster)} CTAs")
+                driver.unload(old)
+        driver.configure(function, launch)
         return function
 
     def _launch(self, function: Any, launch: Launch, params: tuple) -> None:
         """One launch on torch's current stream (cuLaunchKernelEx when the config uses clusters)."""
-        stream = cu.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
-        if launch.cluster == (1, 1, 1):
-            (err,) = cu.cuLaunchKernel(function, *launch.grid, *launch.block, launch.smem_bytes,
-                                       stream, params, 0)
-        else:
-            config = cu.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
-            config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
-            config.sharedMemBytes, config.hStream = launch.smem_bytes, stream
-            attribute = cu.CUlaunchAttribute()
-            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            dim = attribute.value.clusterDim
-            dim.x, dim.y, dim.z = launch.cluster
-            config.attrs, config.numAttrs = [attribute], 1
-            (err,) = cu.cuLaunchKernelEx(config, function, params, 0)
-        if err != E.CUDA_SUCCESS:
-            raise CudaFailure(err, "launch", f"launch grid {launch.grid} block {launch.block} "
-                                             f"cluster {launch.cluster} smem {launch.smem_bytes}")
+        err = driver.launch_raw(function, launch, params,
+                                torch.cuda.current_stream(self.device).cuda_stream)
+        if err != driver.E.CUDA_SUCCESS:
+            raise CudaFailure(err, "launch", driver.describe(launch))
 
     def _wait(self, deadline: float) -> None:
         """Block until the current stream is idle; CudaFailure on a kernel error, TrialTimeout late."""
-        stream = cu.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
         while True:
-            (err,) = cu.cuStreamQuery(stream)
-            if err == E.CUDA_SUCCESS:
+            err = driver.stream_state(stream)
+            if err == driver.E.CUDA_SUCCESS:
                 return
-            if err != E.CUDA_ERROR_NOT_READY:
+            if err != driver.E.CUDA_ERROR_NOT_READY:
                 raise CudaFailure(err, "run", "kernel execution")
             if time.perf_counter() > deadline:
                 raise TrialTimeout("GPU work still running at the trial deadline (kernel hung?)")

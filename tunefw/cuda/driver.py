@@ -1,0 +1,155 @@
+"""The one CUDA driver layer (cuda.bindings): contexts, device limits and identity, loading a
+cubin, launch attributes, launches with or without a cluster, and error classification.
+
+The evaluator (evaluate/cuda.py) and the runtime (runtime.py) both launch through here, so a
+kernel is loaded, configured and launched the same way when it is measured and when it serves.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cuda.bindings import driver as cu
+
+from tunefw.device import DeviceSpec, spec_for
+from tunefw.evaluate.outcome import Status
+from tunefw.templates.base import Launch
+
+E = cu.CUresult
+# Errors a launch can report without breaking the context: the config does not fit the GPU.
+RESOURCE_ERRORS = {E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, E.CUDA_ERROR_INVALID_VALUE,
+                   E.CUDA_ERROR_OUT_OF_MEMORY, E.CUDA_ERROR_INVALID_CLUSTER_SIZE,
+                   E.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE}
+# Errors loading a cubin that say the image does not suit this GPU.
+IMAGE_ERRORS = {E.CUDA_ERROR_NO_BINARY_FOR_GPU, E.CUDA_ERROR_INVALID_IMAGE, E.CUDA_ERROR_INVALID_PTX,
+                E.CUDA_ERROR_UNSUPPORTED_PTX_VERSION, E.CUDA_ERROR_NOT_FOUND}
+# A thread without the device's context current gets these from a launch; set it and retry.
+NO_CONTEXT_ERRORS = {E.CUDA_ERROR_INVALID_CONTEXT, E.CUDA_ERROR_INVALID_HANDLE}
+
+
+class CudaFailure(Exception):
+    """A CUDA driver call failed; ``stage`` is load, setup, launch or run."""
+
+    def __init__(self, code: cu.CUresult, stage: str, what: str) -> None:
+        super().__init__(f"{what}: {code.name}")
+        self.code, self.stage = code, stage
+
+
+def classify(failure: CudaFailure) -> tuple[Status, bool]:
+    """(status, poisoned) for a failed driver call: only launch-time rejections leave the context sound."""
+    if failure.stage in ("setup", "launch") and failure.code in RESOURCE_ERRORS:
+        return Status.OUT_OF_RESOURCES, False
+    if failure.stage == "load" and failure.code in IMAGE_ERRORS:
+        return Status.COMPILE_ERROR, False
+    return Status.RUNTIME_CRASH, True
+
+
+def check(result: tuple, stage: str, what: str) -> Any:
+    """Unpack a cuda.bindings (err, value...) tuple, raising CudaFailure on error."""
+    err, *values = result
+    if err != E.CUDA_SUCCESS:
+        raise CudaFailure(err, stage, what)
+    return values[0] if len(values) == 1 else (tuple(values) if values else None)
+
+
+# ---- devices and contexts --------------------------------------------------------------------
+def device(index: int) -> Any:
+    """The driver's handle of CUDA device ``index`` (cuInit included)."""
+    check(cu.cuInit(0), "setup", "cuInit")
+    return check(cu.cuDeviceGet(index), "setup", "cuDeviceGet")
+
+
+def primary_context(dev: Any) -> Any:
+    """The device's primary context (the one torch uses), retained."""
+    return check(cu.cuDevicePrimaryCtxRetain(dev), "setup", "cuDevicePrimaryCtxRetain")
+
+
+def attribute(dev: Any, name: str) -> int:
+    """A CU_DEVICE_ATTRIBUTE_<name> of the device."""
+    attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return check(cu.cuDeviceGetAttribute(attr, dev), "setup", name)
+
+
+def device_spec(dev: Any, name: str, cc: int) -> DeviceSpec:
+    """The limits the driver reports for the device, on the known spec of its name."""
+    return spec_for(name, cc, attribute(dev, "MULTIPROCESSOR_COUNT"),
+                    attribute(dev, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                    attribute(dev, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+                    attribute(dev, "L2_CACHE_SIZE"))
+
+
+def device_uuid(dev: Any) -> str:
+    """GPU-xxxxxxxx-xxxx-... as nvidia-smi prints it."""
+    h = bytes(check(cu.cuDeviceGetUuid(dev), "setup", "cuDeviceGetUuid").bytes).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def driver_api_version() -> str:
+    version = check(cu.cuDriverGetVersion(), "setup", "cuDriverGetVersion")
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+# ---- kernels ------------------------------------------------------------------------------------
+def load(cubin: bytes, lowered_name: str) -> tuple[Any, Any]:
+    """(module, function) of a kernel in a cubin."""
+    module = check(cu.cuModuleLoadData(cubin), "load", "cuModuleLoadData")
+    function = check(cu.cuModuleGetFunction(module, lowered_name.encode()), "load",
+                     f"cuModuleGetFunction({lowered_name})")
+    return module, function
+
+
+def unload(module: Any) -> None:
+    cu.cuModuleUnload(module)
+
+
+def configure(function: Any, launch: Launch) -> None:
+    """Set what a launch of this geometry needs: its dynamic shared memory and, for clusters of
+    more than 8 CTAs, the non-portable cluster size."""
+    attr = cu.CUfunction_attribute
+    check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                launch.smem_bytes), "setup",
+          f"dynamic shared memory of {launch.smem_bytes} bytes")
+    if math.prod(launch.cluster) > 8:
+        check(cu.cuFuncSetAttribute(function, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+              "setup", f"cluster of {math.prod(launch.cluster)} CTAs")
+
+
+def cluster_config(launch: Launch, stream: int) -> Any:
+    """The CUlaunchConfig of a cluster launch on ``stream`` (build once, reuse per stream)."""
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
+    config.sharedMemBytes, config.hStream = launch.smem_bytes, cu.CUstream(stream)
+    attribute_ = cu.CUlaunchAttribute()
+    attribute_.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dim = attribute_.value.clusterDim
+    dim.x, dim.y, dim.z = launch.cluster
+    config.attrs, config.numAttrs = [attribute_], 1
+    return config
+
+
+def launch_raw(function: Any, launch: Launch, params: Any, stream: int,
+               config: Any = None) -> cu.CUresult:
+    """One launch on ``stream``: cuLaunchKernel, or cuLaunchKernelEx with ``config`` (or one
+    built now) for a cluster; the driver's result code."""
+    if launch.cluster == (1, 1, 1):
+        (err,) = cu.cuLaunchKernel(function, *launch.grid, *launch.block, launch.smem_bytes,
+                                   stream, params, 0)
+    else:
+        (err,) = cu.cuLaunchKernelEx(config or cluster_config(launch, stream), function, params, 0)
+    return err
+
+
+def describe(launch: Launch) -> str:
+    return (f"launch grid {launch.grid} block {launch.block} cluster {launch.cluster} "
+            f"smem {launch.smem_bytes}")
+
+
+def stream_state(stream: int) -> cu.CUresult:
+    """CUDA_SUCCESS when the stream is idle, CUDA_ERROR_NOT_READY while busy, else its error."""
+    (err,) = cu.cuStreamQuery(cu.CUstream(stream))
+    return err
+
+
+def set_current(context: Any) -> None:
+    check(cu.cuCtxSetCurrent(context), "setup", "cuCtxSetCurrent")

@@ -20,18 +20,16 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from sweep_h200 import build_result, print_table, run_studies  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
+from tunefw.roofline import figures  # noqa: E402
 
 
 def roofline(row: dict, read_tbs: float) -> dict:
-    """Bytes a GEMM must move, the TB/s its median time gives, and the fraction of `read_tbs`."""
+    """Bytes a GEMM must move, the TB/s its median time gives, and the fraction of `read_tbs`,
+    for the kernel and for the cuBLAS timed beside it."""
     p = GemmProblem(row["M"], row["N"], row["K"], row.get("dtype", "bf16"))
-    out = {"bytes": p.min_bytes, "bandwidth_read_tbs": read_tbs}
-    for side, key in (("", "tflops"), ("cublas_", "cublas_tflops")):
-        if row.get(key):
-            seconds = p.flops / (row[key] * 1e12)
-            out[f"{side}tbs"] = p.min_bytes / seconds / 1e12
-            out[f"{side}frac_of_read"] = out[f"{side}tbs"] / read_tbs
-    return out
+    mine, theirs = figures(p, row.get("tflops"), read_tbs), figures(p, row.get("cublas_tflops"), read_tbs)
+    return {**mine, "bandwidth_read_tbs": read_tbs, "cublas_tbs": theirs["tbs"],
+            "cublas_frac_of_read": theirs["frac_of_read"]}
 
 
 def main() -> int:
@@ -45,7 +43,7 @@ def main() -> int:
     state = Path(args.db).with_suffix(".bandwidth.json")
     runs = json.loads(state.read_text()) if state.exists() else []
     if not args.report_only:
-        from decode_probe import stream_read_tbs
+        from tunefw.roofline import stream_read_tbs
         runs.append(stream_read_tbs())
         state.write_text(json.dumps(runs, indent=1))
         if not run_studies(args.db, args.studies, args.time_limit, 1, "cuda"):

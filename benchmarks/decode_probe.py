@@ -30,6 +30,7 @@ from evaluator_gpu_check import run_jobs  # noqa: E402
 from tunefw.compiler import CompilePool, compiler_info  # noqa: E402
 from tunefw.device import H200  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
+from tunefw.roofline import stream_read_tbs  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 
 FAMILY = "skinny_sm90"
@@ -39,29 +40,6 @@ DECODE_M = (1, 4, 16, 32, 64)
 CHUNK = 200  # jobs per worker command line (Linux caps one argument at 128 KiB)
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 136, 264),
                (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096))
-
-
-def stream_read_tbs(gib: float = 4.0, repeats: int = 10) -> dict:
-    """Best and median TB/s of a full read of `gib` GiB (a float32 sum), and of a copy."""
-    import torch
-    x = torch.ones(int(gib * 2**30 // 4), dtype=torch.float32, device="cuda")
-    y = torch.empty_like(x)
-    reads, copies = [], []
-    for _ in range(repeats):
-        for fn, acc, nbytes in ((lambda: x.sum(), reads, x.numel() * 4),
-                                (lambda: y.copy_(x), copies, 2 * x.numel() * 4)):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            acc.append(nbytes / (s.elapsed_time(e) * 1e-3) / 1e12)
-    del x, y
-    torch.cuda.empty_cache()
-    reads.sort()
-    copies.sort()
-    return {"bytes": int(gib * 2**30), "read_tbs_best": reads[-1],
-            "read_tbs_median": reads[len(reads) // 2], "copy_tbs_best": copies[-1]}
 
 
 def sample(problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:

@@ -18,10 +18,12 @@ from typing import Callable
 
 import torch
 
+from tunefw.device import DeviceSpec
 from tunefw.dispatch import DispatchTable
 from tunefw.errors import UserError
 from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
+from tunefw.roofline import figures, roofline, stream_read_tbs
 from tunefw.runtime import Dispatcher, _current_stream
 
 AGAINST = ("cublas", "triton")
@@ -142,6 +144,16 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
     return row
 
 
+def add_roofline(row: dict, read_tbs: float, device: DeviceSpec) -> dict:
+    """Bytes, effective TB/s (tunefw and cuBLAS), their share of the measured read and the
+    ceiling that bounds the shape on ``device``."""
+    problem = GemmProblem(row["M"], row["N"], row["K"], row["dtype"])
+    mine, theirs = figures(problem, row["tflops"], read_tbs), figures(problem, row["cublas_tflops"], read_tbs)
+    row.update(mine, cublas_tbs=theirs["tbs"], cublas_frac_of_read=theirs["frac_of_read"],
+               bound=roofline(problem, device).bound)
+    return row
+
+
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
@@ -167,9 +179,11 @@ def run_bench(table: DispatchTable, against: tuple[str, ...], *, cubin_dir=None,
     dispatcher = Dispatcher(table, cubin_dir=cubin_dir, cache_dir=cache_dir)
     triton = triton_matmul() if "triton" in against else None
     flush = method.L2Flush(evaluator.device_spec().l2_bytes)
+    bandwidth = stream_read_tbs()  # what memory-bound rows are read against, this run
     rows = []
     for seed, entry in enumerate(table.entries):
-        row = bench_entry(dispatcher, entry.problem, seed, flush, triton)
+        row = add_roofline(bench_entry(dispatcher, entry.problem, seed, flush, triton),
+                           bandwidth["read_tbs_best"], evaluator.device_spec())
         rows.append(row)
         if progress:
             progress(row)
@@ -178,6 +192,7 @@ def run_bench(table: DispatchTable, against: tuple[str, ...], *, cubin_dir=None,
                                      "sm_clock_mhz", "power_limit_w", "cc", "sm_count")}
     return {"script": "tunefw bench", "date": datetime.date.today().isoformat(), "device": device,
             "simulated_table": table.simulated, "table_fingerprint": table.fingerprint,
+            "stream_read": bandwidth,
             "triton": None if triton is None else {"version": _triton_version(),
                                                    "configs": _triton_configs()},
             "rows": rows,

@@ -18,7 +18,8 @@ class DeviceSpec:
     max_threads_per_block: int = 1024
     l2_bytes: int = 50 * 2**20
     peak_tflops_bf16: float = 990.0  # dense tensor-core rate (datasheet), for the simulator
-    mem_bandwidth_gbs: float = 4800.0
+    mem_bandwidth_gbs: float = 4800.0  # datasheet HBM bandwidth
+    stream_read_gbs: float = 0.0  # a >= 4 GB streaming read measured on one (0: not measured)
     arch_suffix: str = ""  # "a" where the arch-specific features (wgmma, setmaxnreg) are present
 
     @property
@@ -33,6 +34,7 @@ class DeviceSpec:
 H200 = DeviceSpec(
     name="NVIDIA H200", cc=90, sm_count=132, smem_per_block_optin=232448, smem_per_sm=233472,
     l2_bytes=60 * 2**20, peak_tflops_bf16=989.0, mem_bandwidth_gbs=4800.0, arch_suffix="a",
+    stream_read_gbs=4226.0,  # benchmarks/results/decode_h200.json (2026-12-01)
 )
 H100 = DeviceSpec(
     name="NVIDIA H100 80GB HBM3", cc=90, sm_count=132, smem_per_block_optin=232448,
@@ -55,5 +57,6 @@ def spec_for(name: str, cc: int, sm_count: int, smem_optin: int, smem_per_sm: in
         smem_per_sm=smem_per_sm, l2_bytes=l2_bytes,
         peak_tflops_bf16=base.peak_tflops_bf16 if base else 0.0,
         mem_bandwidth_gbs=base.mem_bandwidth_gbs if base else 0.0,
+        stream_read_gbs=base.stream_read_gbs if base else 0.0,
         arch_suffix="a" if cc == 90 else "",
     )

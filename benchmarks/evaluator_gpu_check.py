@@ -36,7 +36,10 @@ from tunefw.templates import get_family  # noqa: E402
 
 EXPECTED = {"none": "OK", "oob_write": "RUNTIME_CRASH", "endless_loop": "TIMEOUT",
             "wrong_result": "WRONG_ANSWER", "unwritten": "WRONG_ANSWER",
-            "too_much_smem": "OUT_OF_RESOURCES", "spill": "OK"}
+            "too_much_smem": "OUT_OF_RESOURCES", "spill": "OK",
+            # caught by strict verification (tunefw/evaluate/strict.py)
+            "outside_c": "WRONG_ANSWER", "writes_input": "WRONG_ANSWER",
+            "first_launch_only": "WRONG_ANSWER", "nondeterministic": "WRONG_ANSWER"}
 FAULT_PROBLEM = {"M": 1024, "N": 1024, "K": 1024, "dtype": "bf16", "layout": "TN"}
 MARK = "@@"  # prefix of the child's result lines (anything else on stdout is library noise)
 STARTUP_S = 180.0  # child: import torch, create the context, first compiles

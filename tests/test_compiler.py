@@ -25,7 +25,7 @@ def test_kernel_compiles_to_a_cubin_with_its_resources(tmp_path: Path, arch: str
     result = _compile({"fault": "none"}, tmp_path, arch)
     assert result.status == Status.OK, result.log
     assert result.cubin[:4] == b"\x7fELF"
-    assert result.lowered_name == "_Z10fault_gemmILi0ELi0EEvPKtS1_Ptiii"
+    assert result.lowered_name == "_Z10fault_gemmILi0ELi0EEvPKtS1_PtPiiii"
     assert 0 < result.regs <= 255
     assert (result.smem, result.spill_bytes, result.cached) == (0, 0, False)
     assert f"for '{arch}'" in result.log
@@ -141,6 +141,6 @@ def test_nvcc_fallback_builds_the_same_kernel(tmp_path: Path, monkeypatch) -> No
     finally:
         compiler.compiler_info.cache_clear()
     assert result.status == Status.OK, result.log
-    assert result.lowered_name == "_Z10fault_gemmILi6ELi0EEvPKtS1_Ptiii"
+    assert result.lowered_name == "_Z10fault_gemmILi6ELi0EEvPKtS1_PtPiiii"
     assert result.spill_bytes > 0
     assert "LDL/STL" in sass_check(result.cubin, require_hgmma=False)

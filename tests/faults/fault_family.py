@@ -13,7 +13,9 @@ from tunefw.problem import GemmProblem
 from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
 
 FAULT_DIR = Path(__file__).resolve().parent
-FAULTS = ("none", "oob_write", "endless_loop", "wrong_result", "unwritten", "too_much_smem", "spill")
+FAULTS = ("none", "oob_write", "endless_loop", "wrong_result", "unwritten", "too_much_smem", "spill",
+          "outside_c", "writes_input", "first_launch_only", "nondeterministic")
+COUNTER_BYTES = 256  # first_launch_only's launch counter (a split-K counter never reset)
 DTYPE_CODE = {"bf16": 0, "fp16": 1}
 TILE = 16
 TOO_MUCH_SMEM_BYTES = 300 * 1024  # over every GPU's per-block opt-in limit (H200: 227 KB)
@@ -42,12 +44,14 @@ class FaultFamily(KernelTemplate):
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         grid = ((problem.N + TILE - 1) // TILE, (problem.M + TILE - 1) // TILE, 1)
-        return Launch(grid=grid, block=(TILE, TILE, 1), smem_bytes=self.estimate(config).smem_bytes)
+        return Launch(grid=grid, block=(TILE, TILE, 1), smem_bytes=self.estimate(config).smem_bytes,
+                      workspace_bytes=COUNTER_BYTES if config["fault"] == "first_launch_only" else 0)
 
     def kernel_args(self, config: Config, problem: GemmProblem,
                     ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
         return [(ptrs["a"], ctypes.c_void_p), (ptrs["b"], ctypes.c_void_p),
-                (ptrs["c"], ctypes.c_void_p), (problem.M, ctypes.c_int),
+                (ptrs["c"], ctypes.c_void_p), (ptrs.get("workspace") or 0, ctypes.c_void_p),
+                (problem.M, ctypes.c_int),
                 (problem.N, ctypes.c_int), (problem.K, ctypes.c_int)]
 
 

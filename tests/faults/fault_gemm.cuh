@@ -8,7 +8,8 @@ namespace faults {
 
 enum : int {
   NONE = 0, OOB_WRITE = 1, ENDLESS_LOOP = 2, WRONG_RESULT = 3, UNWRITTEN = 4,
-  TOO_MUCH_SMEM = 5, SPILL = 6,
+  TOO_MUCH_SMEM = 5, SPILL = 6, OUTSIDE_C = 7, WRITES_INPUT = 8, FIRST_LAUNCH_ONLY = 9,
+  NONDETERMINISTIC = 10,
 };
 
 __device__ __forceinline__ long long clock_now() {
@@ -39,7 +40,7 @@ __device__ float dot_spilling(const volatile unsigned short* a, const volatile u
 template <int FAULT, int DT>
 __global__ void __launch_bounds__(256, FAULT == faults::SPILL ? 8 : 1)
 fault_gemm(const unsigned short* __restrict__ a, const unsigned short* __restrict__ b,
-           unsigned short* __restrict__ c, int M, int N, int K) {
+           unsigned short* __restrict__ c, int* __restrict__ counter, int M, int N, int K) {
   using namespace faults;
   extern __shared__ float dyn_smem[];
   const int n = blockIdx.x * 16 + threadIdx.x;
@@ -64,7 +65,21 @@ fault_gemm(const unsigned short* __restrict__ a, const unsigned short* __restric
   }
   if (FAULT == WRONG_RESULT && m == 7) acc *= 1.1f;  // one row off by 10%: the per-row check
   if (FAULT == UNWRITTEN && n >= N - 8) return;        // last 8 columns keep their NaN
+  // Right on the first launch after the workspace is zeroed, wrong on every later one: the
+  // launch count is never reset (a split-K counter left dirty).
+  if (FAULT == FIRST_LAUNCH_ONLY) {
+    __shared__ int launches;
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+      launches = blockIdx.x == 0 && blockIdx.y == 0 ? atomicAdd(counter, 1) : *(volatile int*)counter;
+    }
+    __syncthreads();
+    if (launches > 1) acc = -acc;
+  }
+  // Values within the tolerance that change from launch to launch (a race in a reduction).
+  if (FAULT == NONDETERMINISTIC && ((clock_now() >> 3) & 1)) acc += 1e-3f * fabsf(acc) + 1e-3f;
   size_t idx = (size_t)m * N + n;
+  if (FAULT == OUTSIDE_C && m == M - 1 && n == N - 1) c[idx + 1] = from_float<DT>(acc);  // 1 past C
+  if (FAULT == WRITES_INPUT && m == 0 && n == 0) const_cast<unsigned short*>(a)[0] = 0;
   if (FAULT == OOB_WRITE) idx += (size_t)1 << 42;      // 8 TB past C: an illegal address
   c[idx] = from_float<DT>(acc);
 }

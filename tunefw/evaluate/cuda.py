@@ -11,7 +11,7 @@ import math
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import torch
@@ -22,6 +22,7 @@ from tunefw.cuda.driver import CudaFailure, classify
 from tunefw.device import DeviceSpec
 from tunefw.evaluate import method
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.evaluate.strict import GuardedOutput, Operands, strict_verify
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
 from tunefw.templates.base import KernelTemplate, Launch
@@ -32,6 +33,7 @@ POLL_S = 1e-4
 WARM_UP_S = 1.0
 ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
 ROTATE_MAX_COPIES = 64
+SMALL_GRID_SMS = 8  # strict verification's small grid for kernels whose grid follows the SM count
 
 
 class TrialTimeout(Exception):
@@ -40,14 +42,20 @@ class TrialTimeout(Exception):
 
 @dataclass
 class _Inputs:
-    """One problem's operands, the float32 reference, cuBLAS's output on them, output buffers."""
+    """One problem's operands (with pristine copies, the fp32 reference and cuBLAS's output),
+    the guarded output and cuBLAS's timing scratch."""
 
-    a: torch.Tensor
-    b: torch.Tensor
-    ref: torch.Tensor
-    cublas_out: torch.Tensor  # kept for verification; cuBLAS timing writes to `scratch`
-    c: torch.Tensor
+    operands: Operands
+    out: GuardedOutput
     scratch: torch.Tensor
+
+    @property
+    def a(self) -> torch.Tensor:
+        return self.operands.a
+
+    @property
+    def b(self) -> torch.Tensor:
+        return self.operands.b
 
     def cublas(self) -> None:
         """cuBLAS on the same operands (torch.matmul(a, b.T)) as a launch: each screen's anchor."""
@@ -171,12 +179,13 @@ class CudaEvaluator:
         function = self._function(compiled, launch)
         inputs = self._inputs_for(problem, spec.seed)
         workspace = self._workspace_for(launch.workspace_bytes)
-        ptrs = {"a": inputs.a.data_ptr(), "b": inputs.b.data_ptr(), "c": inputs.c.data_ptr(),
+        ptrs = {"a": inputs.a.data_ptr(), "b": inputs.b.data_ptr(), "c": inputs.out.c.data_ptr(),
                 "workspace": workspace.data_ptr() if launch.workspace_bytes else 0}
         args = template.kernel_args(spec.config, problem, ptrs)
         params = (tuple(v for v, _ in args), tuple(t for _, t in args))
         run = lambda: self._launch(function, launch, params)  # noqa: E731
         wait = lambda: self._wait(deadline)  # noqa: E731
+        small = self._small_grid_launch(template, spec.config, problem, launch, compiled, params)
 
         def rotations() -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:
             """Kernel and cuBLAS launches over copies of the operands (see _copies)."""
@@ -189,12 +198,7 @@ class CudaEvaluator:
                 anchors.append(lambda a=a, b=b: torch.mm(a, b.t(), out=inputs.scratch))
             return runs, anchors
 
-        run()  # first run: a kernel that does not reset its split-K state fails the next one
-        wait()
-        inputs.c.fill_(float("nan"))
-        run()
-        wait()
-        verdict = method.verify(inputs.c, inputs.ref, problem.dtype, baseline=inputs.cublas_out)
+        verdict = strict_verify(run, wait, inputs.out, inputs.operands, problem.dtype, small)
         if not verdict.ok:
             return Outcome(Status.WRONG_ANSWER, log=verdict.reason, rel_err=verdict.rel_err)
 
@@ -231,6 +235,17 @@ class CudaEvaluator:
         return timing, anchored, f"{how} {timing.samples} {unit} interleaved with cuBLAS"
 
     # ---- pieces ---------------------------------------------------------------------------
+    def _small_grid_launch(self, template: KernelTemplate, config: dict, problem: GemmProblem,
+                           launch: Launch, compiled: CompileResult,
+                           params: tuple) -> Callable[[], None] | None:
+        """The same kernel launched as on a GPU of SMALL_GRID_SMS SMs, where its grid depends on
+        the GPU (a persistent scheduler then hands each CTA several work units), else None."""
+        small = template.launch(config, problem, replace(self._spec, sm_count=SMALL_GRID_SMS))
+        if small.grid == launch.grid:
+            return None
+        function = self._function(compiled, small)
+        return lambda: self._launch(function, small, params)
+
     def _function(self, compiled: CompileResult, launch: Launch) -> Any:
         """The kernel (module cached by cache key), with its launch attributes set."""
         if compiled.key in self._modules:
@@ -272,8 +287,9 @@ class CudaEvaluator:
             a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, seed,
                                       device=str(self.device))
             cublas_out = torch.mm(a, b.t())
-            self._inputs[key] = _Inputs(a, b, method.reference(a, b), cublas_out,
-                                        torch.empty_like(cublas_out), torch.empty_like(cublas_out))
+            operands = Operands(a, b, a.clone(), b.clone(), method.reference(a, b), cublas_out)
+            self._inputs[key] = _Inputs(operands, GuardedOutput(cublas_out),
+                                        torch.empty_like(cublas_out))
             if len(self._inputs) > INPUT_SETS_KEPT:
                 self._inputs.popitem(last=False)
         self._inputs.move_to_end(key)

@@ -1,0 +1,114 @@
+"""Strict verification, the one check every trial, confirmation and `tunefw verify` runs.
+
+Beyond method.verify's values (no NaN/Inf, fp32 reference globally and per row, bounded by
+cuBLAS's own error), a config must:
+- write nothing outside C: C lies between two guard bands of a NaN sentinel bit pattern that
+  must be intact after every launch;
+- leave its inputs as they were (A and B are compared with pristine copies);
+- give the same bits on a second launch on the same buffers (every family here reduces in a
+  fixed order, so any difference is a race or state left behind, e.g. a split-K counter);
+- for kernels whose grid depends on the GPU (persistent schedulers), also be right on a small
+  grid, where each CTA takes several work units.
+The first launch of a trial is a throw-away run: a kernel that does not reset its workspace
+fails the launches after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from tunefw.evaluate.method import Verdict, verify
+
+GUARD_ELEMS = 4096  # 8 KB of 16-bit elements on each side of C (keeps C 256-byte aligned)
+SENTINEL = 0x7FA5  # a NaN in bf16 and in fp16 that no arithmetic produces (payload 0x25)
+
+
+class GuardedOutput:
+    """An M x N output inside guard bands of SENTINEL."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        m, n = like.shape
+        self.full = torch.empty(m * n + 2 * GUARD_ELEMS, dtype=like.dtype, device=like.device)
+        self.c = self.full[GUARD_ELEMS:GUARD_ELEMS + m * n].view(m, n)
+
+    def poison(self) -> None:
+        """Every element, C and guards, set to the sentinel (an unwritten C element stays NaN)."""
+        self.full.view(torch.int16).fill_(SENTINEL)
+
+    def guards_intact(self) -> str | None:
+        """None, or where the first write outside C landed."""
+        bits = self.full.view(torch.int16)
+        for side, band, base in (("before", bits[:GUARD_ELEMS], -GUARD_ELEMS),
+                                 ("after", bits[-GUARD_ELEMS:], self.c.numel())):
+            hit = (band != SENTINEL).nonzero()
+            if hit.numel():
+                where = base + int(hit[0])
+                return (f"wrote outside C: {hit.numel()} element(s) of the guard band {side} C, "
+                        f"first at offset {where} from C's start")
+        return None
+
+
+def differing_bits(out: torch.Tensor, first: torch.Tensor) -> str | None:
+    """None if ``out`` has the same bits as ``first``, else how many elements differ and where."""
+    diff = out.view(torch.int16) != first.view(torch.int16)
+    if not bool(diff.any()):
+        return None
+    r, c = (int(x) for x in diff.nonzero()[0])
+    return (f"second launch differs from the first: {int(diff.sum())} element(s), first at "
+            f"({r}, {c}) (a race, or state a launch leaves behind)")
+
+
+@dataclass
+class Operands:
+    """A, B, their pristine copies, the float32 reference and cuBLAS's output on them."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    a0: torch.Tensor
+    b0: torch.Tensor
+    ref: torch.Tensor
+    cublas_out: torch.Tensor
+
+    def changed(self) -> str | None:
+        """None, or which input the kernel wrote into (restored, so later trials are unharmed)."""
+        for name, now, before in (("A", self.a, self.a0), ("B", self.b, self.b0)):
+            if not torch.equal(now.view(torch.int16), before.view(torch.int16)):
+                now.copy_(before)
+                return f"wrote into its input {name}"
+        return None
+
+
+def strict_verify(run: Callable[[], None], wait: Callable[[], None], out: GuardedOutput,
+                  operands: Operands, dtype: str,
+                  small_grid: Callable[[], None] | None = None) -> Verdict:
+    """Run the kernel (a throw-away launch, then verified ones) and judge it as the module says."""
+    run()
+    wait()
+    reason = operands.changed()
+    if reason:
+        return Verdict(False, float("inf"), reason)
+    verdict = Verdict(True, 0.0)
+    first = None
+    for launch, what in ((run, "launch"), (run, "second launch"), (small_grid, "small grid")):
+        if launch is None:
+            continue
+        out.poison()
+        launch()
+        wait()
+        reason = out.guards_intact() or operands.changed()
+        if reason:
+            return Verdict(False, float("inf"), f"{what}: {reason}")
+        if first is not None and launch is run:
+            reason = differing_bits(out.c, first)
+            if reason:
+                return Verdict(False, verdict.rel_err, reason)
+            continue
+        checked = verify(out.c, operands.ref, dtype, baseline=operands.cublas_out)
+        if not checked.ok:
+            return Verdict(False, checked.rel_err,
+                           checked.reason if what == "launch" else f"{what}: {checked.reason}")
+        if first is None:
+            verdict, first = checked, out.c.clone()
+    return verdict

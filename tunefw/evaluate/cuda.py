@@ -135,8 +135,12 @@ class CudaEvaluator:
         """Verify, then time the config interleaved with cuBLAS (A B A B ...), longer runs."""
         return self._trial(spec, compiled, confirm=(launches, min_ms))
 
+    def verify(self, spec: TrialSpec, compiled: CompileResult) -> Outcome:
+        """Strict verification alone (no timing): OK or WRONG_ANSWER with the reason."""
+        return self._trial(spec, compiled, confirm=None, timed=False)
+
     def _trial(self, spec: TrialSpec, compiled: CompileResult,
-               confirm: tuple[int, float] | None) -> Outcome:
+               confirm: tuple[int, float] | None, timed: bool = True) -> Outcome:
         start = time.perf_counter()
         if self._poisoned:
             outcome = Outcome(Status.RUNTIME_CRASH, log=f"worker context already poisoned: {self._poisoned}",
@@ -144,7 +148,7 @@ class CudaEvaluator:
         elif not compiled.ok:
             outcome = Outcome(compiled.status, log=compiled.log)
         else:
-            outcome = self._guarded(spec, compiled, start + spec.timeout_s, confirm)
+            outcome = self._guarded(spec, compiled, start + spec.timeout_s, confirm, timed)
         if outcome.poisoned and not self._poisoned:
             self._poisoned = outcome.log
         outcome.busy_s = time.perf_counter() - start
@@ -153,11 +157,11 @@ class CudaEvaluator:
         return outcome
 
     def _guarded(self, spec: TrialSpec, compiled: CompileResult, deadline: float,
-                 confirm: tuple[int, float] | None) -> Outcome:
+                 confirm: tuple[int, float] | None, timed: bool) -> Outcome:
         """_measure with every CUDA failure turned into its Outcome."""
         try:
             driver.set_current(self._context)
-            return self._measure(spec, compiled, deadline, confirm)
+            return self._measure(spec, compiled, deadline, confirm, timed)
         except TrialTimeout as exc:
             return Outcome(Status.TIMEOUT, log=str(exc), poisoned=True)
         except CudaFailure as exc:
@@ -172,7 +176,7 @@ class CudaEvaluator:
             return Outcome(Status.RUNTIME_CRASH, log=str(exc).splitlines()[0], poisoned=True)
 
     def _measure(self, spec: TrialSpec, compiled: CompileResult, deadline: float,
-                 confirm: tuple[int, float] | None) -> Outcome:
+                 confirm: tuple[int, float] | None, timed: bool = True) -> Outcome:
         template = self.families[spec.family]
         problem = GemmProblem(**spec.problem)
         launch = template.launch(spec.config, problem, self._spec)
@@ -201,6 +205,8 @@ class CudaEvaluator:
         verdict = strict_verify(run, wait, inputs.out, inputs.operands, problem.dtype, small)
         if not verdict.ok:
             return Outcome(Status.WRONG_ANSWER, log=verdict.reason, rel_err=verdict.rel_err)
+        if not timed:
+            return Outcome(Status.OK, log="strictly verified", rel_err=verdict.rel_err)
 
         timing, cublas, note = self._time(run, inputs.cublas, wait, confirm, rotations)
         return Outcome(Status.OK, log=note, median_ms=timing.median_ms, min_ms=timing.min_ms,

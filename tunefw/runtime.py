@@ -34,7 +34,7 @@ import json
 import math
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import torch
 
 from tunefw.device import DeviceSpec, spec_for
 from tunefw.dispatch import DispatchEntry, DispatchTable, load
+from tunefw.rules import Route, shape as _shape
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
@@ -52,15 +53,6 @@ MANIFEST_FORMAT = 1
 ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
 TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one (M, N, K, dtype) is served: path 'exact' | 'nearest' | 'cublas', and why."""
-
-    path: str
-    entry: DispatchEntry | None
-    reason: str
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
@@ -331,28 +323,37 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        entry = self.table.lookup(problem, dev.spec)
-        if entry is None:
-            same = [e for e in self.table.entries if e.dtype == dtype]
-            if not same:
-                return Route("cublas", None, f"the table has no {dtype} entry")
-            nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))
-            why = FAMILIES[nearest.family].check(nearest.config, problem, dev.spec)
-            return Route("cublas", None, f"no {dtype} entry's config is valid for this shape "
-                                         f"(nearest {_shape(nearest)}: {why})")
-        source = self._source(entry)
-        if (entry.M, entry.N, entry.K) == (M, N, K):
-            return Route("exact", entry, f"its own entry ({entry.family}, trial {entry.trial_id}); {source}")
-        return Route("nearest", entry,
-                     f"entry {_shape(entry)}, the closest whose config is valid here (log distance "
-                     f"{problem.log_distance(entry.problem):.3f}; {entry.family}, trial "
-                     f"{entry.trial_id}); {source}")
+        route = self.table.decide(problem, dev.spec)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
                 device: int | None = None) -> str:
-        """One line: which path serves the shape (exact / nearest from which entry / cublas) and why."""
-        route = self.route(M, N, K, dtype, device)
-        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}"
+        """One line: the path serving the shape (exact / bucket / nearest / calibrated / cublas),
+        the rule, its entry and the measured ratio behind it."""
+        with self._lock:
+            live = self._device(device)
+        if live is None:  # no CUDA here: what the table's rules answer on its own device
+            route, note = self.preview(M, N, K, dtype), f" [preview for {self._table_device()}]"
+        else:
+            route, note = self.route(M, N, K, dtype, device), ""
+        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
+
+    def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:
+        """The route by the table's rules on the device it was tuned on (needs no CUDA)."""
+        try:
+            problem = GemmProblem(M, N, K, dtype_name(dtype))
+        except UserError as exc:
+            return Route("cublas", None, f"not a tunable problem: {exc}")
+        route = self.table.decide(problem)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+
+    def _table_device(self) -> str:
+        name = self.table.fingerprint.get("name") or self.table.device().name
+        return f"{name}, the table's device" + (" (SIMULATED table)" if self.table.simulated else "")
 
     def _device(self, index: int | None) -> _Device | None:
         """The device state (probed once; warns once when the table must not run there)."""
@@ -422,10 +423,6 @@ def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Operands a kernel can read: contiguous, 16-byte aligned, on one device."""
     return (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) % ALIGN
             and a.get_device() == b.get_device())
-
-
-def _shape(entry: DispatchEntry) -> str:
-    return f"{entry.M}x{entry.N}x{entry.K}"
 
 
 # ---- shipped cubins --------------------------------------------------------------------------

@@ -83,3 +83,9 @@ def export(store: Store, path: Path, study_name: str | None, fmt: str,
     text = render(table, fmt)
     write_atomic(path, text)
     return table
+
+
+def export_table(table: DispatchTable, path: Path, fmt: str) -> DispatchTable:
+    """Write an already loaded table (e.g. a calibrated dispatch.json) in ``fmt``."""
+    write_atomic(path, render(table, fmt))
+    return table

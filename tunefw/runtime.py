@@ -30,7 +30,6 @@ compiled (and a compile that fails sends its shapes to cuBLAS).
 from __future__ import annotations
 
 import ctypes
-import json
 import math
 import threading
 import warnings
@@ -43,13 +42,13 @@ import torch
 from tunefw.device import DeviceSpec, spec_for
 from tunefw.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.rules import Route, shape as _shape
+from tunefw.shipped import MANIFEST, MANIFEST_FORMAT, read_manifest, ship_cubins  # noqa: F401
 from tunefw.errors import UserError
+from tunefw.guard import Guard, Timer
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
 from tunefw.templates.base import KernelTemplate, Launch
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
 ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
 TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
@@ -240,8 +239,11 @@ class Dispatcher:
     """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
 
     def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
-                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None) -> None:
-        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's."""
+                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None,
+                 guard: bool | None = None, guard_timer: Timer | None = None,
+                 guard_cache: str | Path | bool | None = None) -> None:
+        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's.
+        ``guard``/``guard_timer``/``guard_cache``: the first-call guard (tunefw/guard.py)."""
         self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
         self.cubin_dir = Path(cubin_dir) if cubin_dir else None
         self.cache_dir = cache_dir
@@ -253,6 +255,7 @@ class Dispatcher:
         self._devices: dict[int | None, _Device] = {}
         self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
         self._warned: set[str] = set()
+        self._guard = Guard(self.table, guard, guard_timer, guard_cache)
 
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -294,6 +297,8 @@ class Dispatcher:
                 route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
                 if route.entry is not None:
                     plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    if plan is not None and _servable(a, b):
+                        plan = self._first_call(route, plan, a, b, self._devices[a.get_device()])
             self._plans[key] = plan
             return plan
 
@@ -312,7 +317,15 @@ class Dispatcher:
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
                                                  f"{_shape(route.entry)} is unavailable: {reason}")
+                route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
             return route
+
+    def _first_call(self, route: Route, plan: _Plan, a: torch.Tensor, b: torch.Tensor,
+                    dev: _Device) -> _Plan | None:
+        """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
+        decided = self._guard.first_call(route, plan.problem, dev.spec, lambda: plan(a, b),
+                                         lambda: torch.matmul(a, b.t()))
+        return plan if decided.entry is not None else None
 
     def _route(self, M: int, N: int, K: int, dtype: str, dev: _Device | None) -> Route:
         if dev is None:
@@ -338,6 +351,8 @@ class Dispatcher:
             route, note = self.preview(M, N, K, dtype), f" [preview for {self._table_device()}]"
         else:
             route, note = self.route(M, N, K, dtype, device), ""
+            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{dtype_name(dtype)}:TN")
+            note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
         return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
 
     def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:
@@ -423,42 +438,3 @@ def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Operands a kernel can read: contiguous, 16-byte aligned, on one device."""
     return (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) % ALIGN
             and a.get_device() == b.get_device())
-
-
-# ---- shipped cubins --------------------------------------------------------------------------
-def read_manifest(cubin_dir: Path) -> dict:
-    """The manifest of a shipped cubin directory; a one-line UserError if it is unusable."""
-    path = cubin_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
-            or not isinstance(manifest.get("kernels"), dict) or not isinstance(manifest.get("arch"), str):
-        raise UserError(f"{path}: expected {{'format': {MANIFEST_FORMAT}, 'arch': ..., 'kernels': {{...}}}}")
-    return manifest
-
-
-def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
-                cache_dir: str | Path | None = None) -> dict:
-    """Compile every entry's kernel for ``arch`` into ``cubin_dir`` with its manifest; returns it."""
-    from tunefw.compiler import compile_kernel
-
-    out = Path(cubin_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    kernels: dict[str, dict] = {}
-    for entry in table.entries:
-        family = FAMILIES[entry.family]
-        name = family.name_expression(entry.config, entry.dtype)
-        if name in kernels:
-            continue
-        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=cache_dir)
-        if not result.ok:
-            raise UserError(f"{name}: {result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
-        (out / f"{result.key}.cubin").write_bytes(result.cubin)
-        kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name}
-    manifest = {"format": MANIFEST_FORMAT, "arch": arch, "kernels": kernels}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest

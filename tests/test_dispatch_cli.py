@@ -182,3 +182,25 @@ def test_dispatch_schema_command_prints_the_committed_schema(tmp_path):
 def test_explain_command_one_line_errors(tmp_path, cli):
     bad = cli("dispatch", "explain", str(tmp_path / "missing.json"), "8x8x8")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "cannot read" in bad.stderr
+
+
+def test_calibrate_a_model_s_in_between_shapes(tuned_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEFW_DB", tuned_db)
+    path = tmp_path / "d.json"
+    _run("export", str(path), "--study", "m")
+    table = load(path)
+    layers = table.layers()
+    assert list(layers) == sorted(layers) and len(layers) == 4  # export groups entries by layer
+    assert [e.M for e in layers[(1536, 1024, "bf16", "TN")]] == sorted({2**i for i in range(14)} | {300})
+    shapes = cal.between_shapes(table, "tiny")
+    assert GemmProblem(3, 1536, 1024) in shapes and GemmProblem(181, 1536, 1024) in shapes
+    assert all((p.M & (p.M - 1)) != 0 or p.M == 2 for p in shapes if p.M != 300)  # never a tuned M
+    with pytest.raises(UserError, match="--model 'llama': no layer"):
+        cal.between_shapes(table, "llama")
+    measure, calls = _fake_timer({})
+    monkeypatch.setattr(cal, "cuda_measure", lambda *a: measure)
+    assert _run("dispatch", "calibrate", str(path), "--model", "tiny").exit_code == 0
+    measured = load(path).evidence
+    assert len(measured) == len(calls) and {(v.M, v.N) for v in measured} <= {(p.M, p.N) for p in shapes}
+    with pytest.raises(UserError, match="give --shapes FILE or --model NAME"):
+        _run("dispatch", "calibrate", str(path))

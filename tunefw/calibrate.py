@@ -57,6 +57,24 @@ def read_shapes(path: str | Path) -> list[GemmProblem]:
     return shapes
 
 
+def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
+    """In-between shapes of the layers whose label is ``label`` or starts with ``label.``: for
+    each pair of neighbouring tuned M values a < b, a + 1, their geometric middle and b - 1."""
+    shapes = []
+    for entries in table.layers().values():
+        if not any(e.label == label or e.label.startswith(label + ".") for e in entries):
+            continue
+        ms = sorted({e.M for e in entries})
+        e0 = entries[0]
+        for a, b in zip(ms, ms[1:]):
+            for m in sorted({a + 1, round((a * b) ** 0.5), b - 1} - {a, b}):
+                shapes.append(GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout))
+    if not shapes:
+        raise UserError(f"--model {label!r}: no layer of the table has that label "
+                        "(or each has one tuned M)")
+    return shapes
+
+
 def _shape(item: object) -> GemmProblem:
     if isinstance(item, str):
         item = [item]

@@ -32,8 +32,10 @@ def dispatch_explain(
 @dispatch_app.command("calibrate")
 def dispatch_calibrate(
     path: Path = typer.Argument(..., help="dispatch.json (rewritten unless --out)."),
-    shapes: Path = typer.Option(..., "--shapes", metavar="FILE",
-                                help="Shapes: one MxNxK [dtype] per line, or a JSON list."),
+    shapes: Optional[Path] = typer.Option(None, "--shapes", metavar="FILE",
+                                          help="Shapes: one MxNxK [dtype] per line, or a JSON list."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
+                                        help="Or: in-between M of the layers labelled NAME.*"),
     out_path: Optional[Path] = typer.Option(None, "--out", metavar="PATH",
                                             help="Write the calibrated table here instead."),
     min_ratio: Optional[float] = typer.Option(None, "--min-ratio", metavar="RATIO",
@@ -45,11 +47,14 @@ def dispatch_calibrate(
     """Time each non-exact rule on in-between shapes against cuBLAS; record it as evidence."""
     from tunefw import calibrate as cal
     from tunefw.dispatch import load
+    from tunefw.errors import UserError
     from tunefw.export import render
     from tunefw.fileio import write_atomic
 
     table = load(path)
-    problems = cal.read_shapes(shapes)
+    if (shapes is None) == (model is None):
+        raise UserError("dispatch calibrate: give --shapes FILE or --model NAME (one of them)")
+    problems = cal.read_shapes(shapes) if shapes else cal.between_shapes(table, model)
     measure = cal.cuda_measure(cubin_dir, cache_dir)
     result = cal.calibrate(table, problems, measure, min_ratio, progress=lambda v: out.print(
         f"  {v.M}x{v.N}x{v.K} {v.dtype}: {v.rule} entry {'x'.join(map(str, v.served_by))}: "

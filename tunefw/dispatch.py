@@ -107,6 +107,13 @@ class DispatchTable:
         return KNOWN_DEVICES.get(str(self.fingerprint.get("name", "")).removeprefix("SIMULATED "),
                                  H200)
 
+    def layers(self) -> dict[tuple[int, int, str, str], list[DispatchEntry]]:
+        """Entries grouped by layer (N, K, dtype, layout), each group by tuned M."""
+        groups: dict[tuple[int, int, str, str], list[DispatchEntry]] = {}
+        for e in self.entries:
+            groups.setdefault((e.N, e.K, e.dtype, e.layout), []).append(e)
+        return {k: sorted(v, key=lambda e: e.M) for k, v in groups.items()}
+
     def decide(self, problem: GemmProblem, device: DeviceSpec | None = None):
         """The route for a problem (tunefw.rules.Route): rule, entry served, evidence."""
         from tunefw.rules import decide

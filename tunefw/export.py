@@ -44,6 +44,7 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             entries.append(apply_min_ratio(entry, min_ratio, what))
         if not entries:
             raise UserError(f"study {study.name!r} has no OK trial to export (launch it first)")
+        entries.sort(key=lambda e: (e.dtype, e.layout, e.N, e.K, e.M))  # grouped by layer
         if len(fingerprints) > 1 and not allow_mixed:
             names = sorted({fp.get("name", "?") for fp in fingerprints.values()})
             raise UserError(f"study {study.name!r} mixes results from {len(fingerprints)} devices "

@@ -1,10 +1,11 @@
 """Runtime dispatch: C = A @ B^T from a dispatch table's tuned kernels, else cuBLAS.
 
 ``Dispatcher(path).gemm(a, b)`` takes a: MxK and b: NxK (TN, like ``F.linear`` without bias),
-picks the table's entry for the shape (exact, else the nearest entry whose config passes the
-family's check() for the shape on this GPU), gets its kernel (compiled on first use through
-tunefw.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
-current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: CPU tensors,
+picks the entry for the shape by the table's rules on this GPU (tunefw/rules.py: exact, bucket,
+nearest, calibration evidence, cuBLAS routes; then the first-call guard of tunefw/guard.py for
+non-exact routes), gets its kernel (compiled on first use through tunefw.compiler and its
+cache, or read from a shipped cubin directory), launches it on torch's current stream and
+returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS routes, CPU tensors,
 other dtypes, non-contiguous or misaligned operands, shapes no entry can serve, a table tuned
 on another GPU model or compute capability, a SIMULATED table, a kernel that cannot be built.
 

@@ -235,3 +235,13 @@ def test_published_schema_is_current():
     schema = json.loads(committed.read_text())
     assert schema["properties"]["schema_version"]["const"] == 2
     assert schema["additionalProperties"] is False
+
+
+def test_the_committed_round_4_table_no_longer_serves_m_257_by_a_losing_entry():
+    from pathlib import Path
+    table = dispatch.load(Path(__file__).resolve().parent.parent /
+                          "benchmarks/results/dispatch_wgmma_sm90_r4_h200.json")
+    route = table.decide(GemmProblem(257, 6144, 4096))  # measured 0.41x through the nearest rule
+    assert (route.path, route.rule, route.donor.M) == ("cublas", "bucket", 128)
+    assert "the largest tuned M below 257 (no tuned M above), is a cuBLAS route" in route.reason
+    assert table.decide(GemmProblem(4096, 4096, 4096)).path == "exact"

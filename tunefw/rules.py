@@ -66,7 +66,9 @@ def table_rule(table: DispatchTable, problem: GemmProblem,
         return "bucket", e, f"the smallest tuned M above {problem.M} valid here"
     if layer:
         e = max(layer, key=lambda e: e.M)
-        return "bucket", e, f"the largest tuned M below {problem.M} (none above is valid here)"
+        none = "none above is valid here" if any(
+            (x.N, x.K) == (problem.N, problem.K) and x.M > problem.M for x in same) else "no tuned M above"
+        return "bucket", e, f"the largest tuned M below {problem.M} ({none})"
     for e in sorted((e for e in same if not e.is_cublas),
                     key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K)):
         if _valid(e, problem, device):

@@ -57,6 +57,7 @@ class DispatchEntry:
 
     @property
     def is_cublas(self) -> bool:
+        """Whether the entry is exported as a cuBLAS route (lookup serves cuBLAS for it)."""
         return self.route == "cublas"
 
     def as_dict(self) -> dict:
@@ -79,9 +80,11 @@ class Evidence:
 
     @property
     def ratio(self) -> float:
+        """Measured TFLOP/s of the serving kernel over cuBLAS TFLOP/s on this shape."""
         return self.tflops / self.cublas_tflops
 
     def as_dict(self) -> dict:
+        """The evidence item as written in dispatch.json."""
         return dict(asdict(self), served_by=list(self.served_by))
 
 
@@ -96,6 +99,7 @@ class DispatchTable:
     min_ratio: float | None = None
 
     def as_dict(self) -> dict:
+        """The table as a version-2 dispatch.json document."""
         return {"schema_version": SCHEMA_VERSION, "simulated": self.simulated,
                 "fingerprint": self.fingerprint, "min_ratio": self.min_ratio,
                 "evidence_min_ratio": self.evidence_min_ratio,

@@ -54,10 +54,12 @@ def gpu_key(gpu: DeviceSpec) -> str:
 
 
 def enabled_by_env() -> bool:
+    """False when $TUNEFW_GUARD turns the guard off (0, false, no, off)."""
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def default_cache_path() -> Path:
+    """$TUNEFW_CACHE_DIR/guard.json, default ~/.cache/tunefw/guard.json."""
     root = os.environ.get("TUNEFW_CACHE_DIR") or Path.home() / ".cache" / "tunefw"
     return Path(root) / "guard.json"
 
@@ -82,6 +84,7 @@ class DecisionCache:
 
     @staticmethod
     def key(table: str, gpu: str, shape: str) -> str:
+        """The cache key of one shape's decision for one table on one GPU."""
         return f"{table}/{gpu}/{shape}"
 
     def _load(self) -> dict[str, dict]:
@@ -98,6 +101,7 @@ class DecisionCache:
         return self._data
 
     def get(self, key: str) -> Decision | None:
+        """The stored decision, or None (also for a malformed record)."""
         with self._lock:
             raw = self._load().get(key)
         try:
@@ -107,6 +111,7 @@ class DecisionCache:
             return None
 
     def put(self, key: str, decision: Decision) -> None:
+        """Remember a decision, and write the file whole (a failed write keeps it in memory)."""
         with self._lock:
             data = self._load()
             if len(data) >= MAX_DECISIONS:

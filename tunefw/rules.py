@@ -44,6 +44,7 @@ class Route:
 
 
 def shape(e: DispatchEntry | Evidence | GemmProblem) -> str:
+    """'MxNxK' of an entry, evidence item or problem."""
     return f"{e.M}x{e.N}x{e.K}"
 
 

@@ -4,20 +4,21 @@ import pytest
 
 from tunefw import dispatch
 from tunefw.device import H200
+from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
 
 
-def _entry(M, N, K, family="mma_sm80", config=None, dtype="bf16"):
+def _entry(M, N, K, family="mma_sm80", config=None, dtype="bf16", **extra):
     fam = FAMILIES[family]
     return {"M": M, "N": N, "K": K, "dtype": dtype, "layout": "TN", "family": family,
             "config": config or fam.default_config(), "tflops": 100.0, "cublas_tflops": 90.0,
-            "trial_id": M}
+            "trial_id": M, **extra}
 
 
-def _write(tmp_path, entries, **top):
-    data = {"schema_version": 1, "simulated": True,
+def _write(tmp_path, entries, version=2, **top):
+    data = {"schema_version": version, "simulated": True,
             "fingerprint": {"name": "SIMULATED NVIDIA H200"}, "entries": entries}
     data.update(top)
     path = tmp_path / "dispatch.json"
@@ -25,12 +26,25 @@ def _write(tmp_path, entries, **top):
     return path
 
 
+def _e(M, N=4096, K=4096, family="wgmma_sm90", tflops=500.0, cublas=450.0, **kw):
+    config = dict(FAMILIES[family].default_config(), CLUSTER_M=1) if family == "wgmma_sm90" \
+        else FAMILIES[family].default_config()
+    config.update(kw.pop("config", {}))
+    return DispatchEntry(M, N, K, "bf16", "TN", family, config, tflops, cublas, M, **kw)
+
+
+def _table(entries, evidence=(), **kw):
+    return DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, list(entries),
+                         evidence=list(evidence), **kw)
+
+
 def test_exact_then_nearest_then_none(tmp_path):
     table = dispatch.load(_write(tmp_path, [_entry(4096, 4096, 4096), _entry(128, 6144, 4096)]))
     assert table.lookup(GemmProblem(4096, 4096, 4096)).M == 4096
-    near = table.lookup(GemmProblem(3000, 4096, 4096))
-    assert (near.M, near.N) == (4096, 4096)
-    assert table.lookup(GemmProblem(100, 6144, 4096)).M == 128
+    near = table.decide(GemmProblem(3000, 4096, 4096))
+    assert (near.path, near.entry.M) == ("bucket", 4096)
+    far = table.decide(GemmProblem(100, 6144, 2048))
+    assert (far.path, far.entry.M) == ("nearest", 128)
     assert table.lookup(GemmProblem(4096, 4096, 4096, dtype="fp16")) is None  # other dtype
 
 
@@ -45,16 +59,137 @@ def test_nearest_skips_entries_whose_config_fails_check(tmp_path):
     assert picked is not None and picked.M == 8192  # farther, but its config can run
 
 
+# ---- cuBLAS routes ------------------------------------------------------------------------
+def test_version_1_files_load_and_losing_winners_become_cublas_routes(tmp_path):
+    entries = [_entry(4096, 4096, 4096), dict(_entry(128, 6144, 4096), tflops=80.0),
+               dict(_entry(64, 64, 64), cublas_tflops=None)]
+    table = dispatch.load(_write(tmp_path, entries, version=1))
+    assert table.schema_version == 2 and table.min_ratio == 1.0
+    assert [e.route for e in table.entries] == ["kernel", "cublas", "cublas"]
+    assert table.entries[1].reason == "version-1 table: ratio 0.889 < min ratio 1"
+    assert table.entries[2].reason == "no cuBLAS measurement to compare with"
+    route = table.decide(GemmProblem(128, 6144, 4096))
+    assert (route.path, route.entry, route.rule) == ("cublas", None, "exact")
+    assert "a cuBLAS route: version-1 table: ratio 0.889" in route.reason
+    with pytest.raises(UserError, match="entries\\[0\\].route: unknown key"):
+        dispatch.load(_write(tmp_path, [_entry(64, 64, 64, route="kernel")], version=1))
+
+
+def test_cublas_route_entries_are_never_nearest_donors():
+    lost = _e(4096, route="cublas", reason="confirmed ratio 0.9 < min ratio 1")
+    table = _table([lost, _e(8192, N=8192, K=8192)])
+    # 4096x2048x4096 is another layer: nearest skips the (closer) cuBLAS-route entry
+    route = table.decide(GemmProblem(4096, 2048, 4096), H200)
+    assert (route.path, route.entry.M) == ("nearest", 8192)
+    # same layer, M between: the bucket at or above is a cuBLAS route -> cuBLAS
+    route = table.decide(GemmProblem(3000, 4096, 4096), H200)
+    assert (route.path, route.rule, route.donor.M) == ("cublas", "bucket", 4096)
+
+
+# ---- bucket rule --------------------------------------------------------------------------
+def test_bucket_rule_takes_the_smallest_valid_tuned_m_above():
+    small = _e(128, config={"BN": 64, "SPLIT_K": 4})
+    table = _table([_e(16, config={"BN": 64}), small, _e(2048), _e(8192)])
+    pick = lambda M: table.decide(GemmProblem(M, 4096, 4096), H200)  # noqa: E731
+    assert (pick(100).path, pick(100).entry.M) == ("bucket", 128)
+    assert pick(129).entry.M == 2048 and pick(2048).path == "exact"
+    assert pick(2049).entry.M == 8192
+    below = pick(9000)
+    assert (below.path, below.entry.M) == ("bucket", 8192) and "largest tuned M below" in below.reason
+    assert pick(1).entry.M == 16
+    # another layer shape (N differs): the nearest rule
+    assert table.decide(GemmProblem(100, 4096, 2048), H200).path == "nearest"
+
+
+def test_bucket_rule_skips_configs_invalid_for_the_asked_shape():
+    cluster = _e(256, config={"BM": 128, "CLUSTER_M": 2})  # needs M > 128
+    table = _table([cluster, _e(2048)])
+    assert FAMILIES["wgmma_sm90"].check(cluster.config, GemmProblem(100, 4096, 4096), H200)
+    assert table.decide(GemmProblem(100, 4096, 4096), H200).entry.M == 2048
+    assert table.decide(GemmProblem(200, 4096, 4096), H200).entry.M == 256
+
+
+# ---- evidence -----------------------------------------------------------------------------
+def _ev(M, served_by, ratio, N=4096, K=4096, rule="bucket"):
+    return Evidence(M, N, K, "bf16", "TN", rule, served_by, 100.0 * ratio, 100.0)
+
+
+def test_evidence_routes_measured_losses_and_their_neighbours_to_cublas():
+    table = _table([_e(128), _e(2048)],
+                   [_ev(300, (2048, 4096, 4096), 0.6), _ev(1024, (2048, 4096, 4096), 1.05)])
+    pick = lambda M: table.decide(GemmProblem(M, 4096, 4096), H200)  # noqa: E731
+    loss = pick(300)
+    assert (loss.path, loss.rule, loss.ratio) == ("cublas", "bucket", pytest.approx(0.6))
+    assert loss.reason.startswith("calibration measured 0.600x at M=300 for the bucket entry 2048")
+    assert pick(600).path == "cublas"  # between a loss (300) and a win (1024)
+    assert pick(200).path == "cublas"  # below the loss
+    win = pick(1500)
+    assert (win.path, win.entry.M, win.ratio) == ("calibrated", 2048, pytest.approx(1.05))
+    assert pick(100).path == "bucket"  # served by the 128 entry: no evidence of its own
+    lower = _table(table.entries, table.evidence, evidence_min_ratio=0.5)
+    assert lower.decide(GemmProblem(300, 4096, 4096), H200).path == "calibrated"
+
+
+def test_load_validates_evidence(tmp_path):
+    good = {"M": 300, "N": 4096, "K": 4096, "dtype": "bf16", "layout": "TN", "rule": "bucket",
+            "served_by": [2048, 4096, 4096], "tflops": 60.0, "cublas_tflops": 100.0}
+    entries = [_entry(2048, 4096, 4096)]
+    table = dispatch.load(_write(tmp_path, entries, evidence=[good], evidence_min_ratio=0.9))
+    assert table.evidence[0].served_by == (2048, 4096, 4096) and table.evidence_min_ratio == 0.9
+    assert table.lookup(GemmProblem(300, 4096, 4096)) is None
+    for bad, needle in [(dict(good, served_by=[1, 8, 8]), "served_by=[1, 8, 8]: no kernel entry"),
+                        (dict(good, M=2048), "is an exact entry"),
+                        (dict(good, rule="exact"), "evidence[0].rule='exact'"),
+                        (dict(good, cublas_tflops=0), "evidence[0].cublas_tflops=0")]:
+        with pytest.raises(UserError, match=needle.replace("[", "\\[").replace("]", "\\]")):
+            dispatch.load(_write(tmp_path, entries, evidence=[bad]))
+    with pytest.raises(UserError, match="duplicate of evidence\\[0\\]"):
+        dispatch.load(_write(tmp_path, entries, evidence=[good, good]))
+
+
+def test_json_round_trip_keeps_routes_labels_and_evidence(tmp_path):
+    from tunefw.export import render
+    table = _table([_e(2048, label="m.qkv"), _e(128, route="cublas", reason="lost")],
+                   [_ev(300, (2048, 4096, 4096), 0.6)], min_ratio=1.0)
+    path = tmp_path / "d.json"
+    path.write_text(render(table, "json"))
+    again = dispatch.load(path)
+    assert again.entries == table.entries and again.evidence == table.evidence
+    assert again.as_dict() == table.as_dict()
+    csv = render(table, "csv").splitlines()
+    assert csv[0].startswith("M,N,K,dtype,layout,label,family,config,tflops,cublas_tflops,ratio")
+    assert csv[2].endswith(",cublas,lost,False") and ",m.qkv," in csv[1]
+
+
+# ---- bad files ----------------------------------------------------------------------------
 @pytest.mark.parametrize("mutate, needle", [
-    (lambda d: d.update(schema_version=2), "schema_version=2: expected 1"),
-    (lambda d: d.pop("entries"), "entries: expected list"),
+    (lambda d: d.update(schema_version=3), "schema_version=3: expected one of 1, 2"),
+    (lambda d: d.update(schema_version=True), "schema_version=True: expected one of 1, 2"),
+    (lambda d: d.pop("entries"), "top level: missing entries"),
+    (lambda d: d.update(entries={}), "entries={}: Input should be a valid list"),
     (lambda d: d["entries"][0].pop("family"), "entries[0]: missing family"),
     (lambda d: d["entries"][0].update(N=100), "entries[0]: problem N=100"),
     (lambda d: d["entries"][0].update(family="nope"), "entries[0].family='nope'"),
+    (lambda d: d["entries"][0].update(family=["mma_sm80"]), "entries[0].family=['mma_sm80']"),
     (lambda d: d["entries"][0]["config"].update(BM=7), "entries[0].config: BM=7 not in"),
+    (lambda d: d["entries"][0]["config"].update(BM=True), "entries[0].config: BM=True: expected"),
+    (lambda d: d["entries"][0]["config"].update(BM=128.0), "entries[0].config: BM=128.0: expected"),
+    (lambda d: d["entries"][0]["config"].update(BM=None), "entries[0].config: BM=None: expected"),
+    (lambda d: d["entries"][0].update(tflops=-1.0), "entries[0].tflops=-1.0: Input should be greater"),
+    (lambda d: d["entries"][0].update(tflops=1e300), "entries[0].tflops=1e+300"),
+    (lambda d: d["entries"][0].update(cublas_tflops="90"), "entries[0].cublas_tflops='90'"),
+    (lambda d: d["entries"][0].update(trial_id="abc"), "entries[0].trial_id='abc'"),
+    (lambda d: d["entries"][0].update(trial_id=None), "entries[0].trial_id=None"),
+    (lambda d: d["entries"][0].update(M=10**20), "entries[0].M=100000000000000000000"),
+    (lambda d: d["entries"][0].update(colour=1), "entries[0].colour: unknown key"),
+    (lambda d: d.update(colour=1), "colour: unknown key"),
+    (lambda d: d.update(simulated=1), "simulated=1: Input should be a valid boolean"),
+    (lambda d: d["entries"].append(dict(d["entries"][0])), "entries[1]: duplicate of entries[0]"),
+    (lambda d: d["entries"][0].update(route="maybe"), "entries[0].route='maybe'"),
+    (lambda d: d["fingerprint"].update(name=["x"]), "fingerprint.name=['x']"),
 ])
 def test_bad_files_give_one_line_errors(tmp_path, mutate, needle):
-    data = {"schema_version": 1, "simulated": False, "fingerprint": {},
+    data = {"schema_version": 2, "simulated": False, "fingerprint": {},
             "entries": [_entry(64, 64, 64)]}
     mutate(data)
     path = tmp_path / "d.json"
@@ -62,10 +197,51 @@ def test_bad_files_give_one_line_errors(tmp_path, mutate, needle):
     with pytest.raises(UserError) as exc:
         dispatch.load(path)
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{path}: ")
 
 
-def test_not_json(tmp_path):
+@pytest.mark.parametrize("raw, needle", [
+    (b"{nope", "not JSON (line 1"),
+    (b'{"schema_version": NaN}', "not JSON (NaN is not a number JSON allows)"),
+    (b'{"a": Infinity}', "Infinity is not a number JSON allows"),
+    (b'{"a": 1, "a": 2}', "key 'a' appears twice"),
+    (b'{"schema_version": 2, "name": "\xff"}', "not UTF-8 (byte 31)"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b"[1]", "expected a JSON object"),
+])
+def test_undecodable_files(tmp_path, raw, needle):
     path = tmp_path / "d.json"
-    path.write_text("{nope")
-    with pytest.raises(UserError, match="not JSON"):
+    path.write_bytes(raw)
+    with pytest.raises(UserError) as exc:
         dispatch.load(path)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_nan_tflops_in_an_entry(tmp_path):
+    text = json.dumps({"schema_version": 2, "simulated": False, "fingerprint": {},
+                       "entries": [_entry(64, 64, 64)]}).replace("100.0", "NaN")
+    path = tmp_path / "d.json"
+    path.write_text(text)
+    with pytest.raises(UserError, match="NaN is not a number JSON allows"):
+        dispatch.load(path)
+
+
+def test_published_schema_is_current():
+    from pathlib import Path
+
+    from tunefw.dispatch_schema import json_schema
+    committed = Path(__file__).resolve().parent.parent / "dispatch.schema.json"
+    assert committed.read_text() == json_schema(), "regenerate: tunefw dispatch schema dispatch.schema.json"
+    schema = json.loads(committed.read_text())
+    assert schema["properties"]["schema_version"]["const"] == 2
+    assert schema["additionalProperties"] is False
+
+
+def test_the_committed_round_4_table_no_longer_serves_m_257_by_a_losing_entry():
+    from pathlib import Path
+    table = dispatch.load(Path(__file__).resolve().parent.parent /
+                          "benchmarks/results/dispatch_wgmma_sm90_r4_h200.json")
+    route = table.decide(GemmProblem(257, 6144, 4096))  # measured 0.41x through the nearest rule
+    assert (route.path, route.rule, route.donor.M) == ("cublas", "bucket", 128)
+    assert "the largest tuned M below 257 (no tuned M above), is a cuBLAS route" in route.reason
+    assert table.decide(GemmProblem(4096, 4096, 4096)).path == "exact"

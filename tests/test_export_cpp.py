@@ -105,12 +105,15 @@ def test_header_lookup_and_validity_agree_with_python(tmp_path, seed):
 
 def test_equidistant_entries_break_ties_by_smaller_shape(tmp_path):
     config = FAMILIES["wgmma_sm90"].default_config()
-    entries = [DispatchEntry(M, 4096, 4096, "bf16", "TN", "wgmma_sm90", config, 1.0, None, M)
-               for M in (8192, 2048)]
+    entries = [DispatchEntry(4096, N, 4096, "bf16", "TN", "wgmma_sm90", config, 1.0, None, N)
+               for N in (8192, 2048)]
+    entries += [DispatchEntry(M, 1024, 1024, "bf16", "TN", "wgmma_sm90", config, 1.0, None, M)
+                for M in (8192, 2048)]
     table = DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries)
-    shapes = [(4096, 4096, 4096, "bf16"), (4096, 4096, 4096, "fp16")]
+    shapes = [(4096, 4096, 4096, "bf16"), (4096, 4096, 4096, "fp16"), (4096, 1024, 1024, "bf16")]
     answers = [line.split()[0] for line in _run_header(tmp_path, table, shapes)]
-    assert answers == ["1", "-1"] == [str(_python_answer(table, s)) for s in shapes]
+    # nearest: equidistant N=8192 and N=2048 -> the smaller; bucket: the tuned M above (8192)
+    assert answers == ["1", "-1", "2"] == [str(_python_answer(table, s)) for s in shapes]
 
 
 def test_header_text(tmp_path):
@@ -132,3 +135,100 @@ def test_export_command_writes_the_header(tmp_path, cli, db_url):
     assert empty.returncode == 1 and "no OK trial" in empty.stderr
     bad = cli("export", str(tmp_path / "d.h"), "--format", "hpp", db=db_url)
     assert bad.stderr.strip() == "tunefw: error: --format 'hpp': expected one of json, csv, cpp"
+
+
+# ---- model tables: bucket rule, cuBLAS routes, calibration evidence -----------------------------
+def _model_table(seed: int) -> DispatchTable:
+    """Layers over an M grid (some winners lost: cuBLAS routes) plus measured in-between shapes."""
+    from tunefw.dispatch import Evidence
+
+    rng = random.Random(seed)
+    layers = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+    entries = []
+    for n, k in layers:
+        for m in rng.sample([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], 7):
+            family = FAMILIES[rng.choice(["mma_sm80", "wgmma_sm90"])]
+            problem = GemmProblem(m, n, k)
+            (config,) = sample_configs(family, problem, H200, 1, seed=rng.randrange(10**6))
+            lost = rng.random() < 0.2 or len(entries) % 9 == 4
+            entries.append(DispatchEntry(m, n, k, "bf16", "TN", family.family, config, 100.0,
+                                         120.0 if lost else 90.0, len(entries), label=f"l{n}x{k}",
+                                         route="cublas" if lost else "kernel",
+                                         reason="confirmed ratio 0.833 < min ratio 1" if lost else None))
+    table = DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries)
+    evidence, seen = [], {(e.M, e.N, e.K) for e in entries}
+    for _ in range(60):
+        n, k = rng.choice(layers[:2] + [(2048, 4096)])  # layers[2:]: no evidence
+        m = rng.randrange(1, 9000)
+        route = table.decide(GemmProblem(m, n, k))
+        if route.entry is None or route.path == "exact" or (m, n, k) in seen:
+            continue
+        seen.add((m, n, k))
+        e = route.entry
+        evidence.append(Evidence(m, n, k, "bf16", "TN", route.rule, (e.M, e.N, e.K),
+                                 rng.uniform(50, 130), 100.0))
+    table.evidence = evidence
+    return table
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_header_follows_bucket_rule_cublas_routes_and_evidence(tmp_path, seed):
+    table = _model_table(seed)
+    rng = random.Random(seed)
+    shapes = [(v.M, v.N, v.K, "bf16") for v in table.evidence]
+    shapes += [(v.M + d, v.N, v.K, "bf16") for v in table.evidence for d in (-1, 1) if v.M + d >= 1]
+    shapes += [(e.M, e.N, e.K, "bf16") for e in table.entries]
+    shapes += [(rng.randrange(1, 12000), n, k, rng.choice(["bf16", "bf16", "fp16"]))
+               for n, k in [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (2048, 4096),
+                            (1024, 8192)] for _ in range(40)]
+    lines = _run_header(tmp_path, table, shapes)
+    paths: dict[str, int] = {}
+    for shape, line in zip(shapes, lines):
+        assert int(line.split()[0]) == _python_answer(table, shape), shape
+        route = table.decide(GemmProblem(*shape))
+        paths[route.path] = paths.get(route.path, 0) + 1
+        if route.path == "cublas" and route.rule:
+            paths["cublas_" + route.rule] = paths.get("cublas_" + route.rule, 0) + 1
+    for path in ("exact", "bucket", "nearest", "calibrated", "cublas", "cublas_exact", "cublas_bucket"):
+        assert paths.get(path, 0) >= 1, (path, paths)
+    text = render(table, "cpp")
+    assert f"inline constexpr int kNumEvidence = {len(table.evidence)};" in text
+    lost = next(e for e in table.entries if e.is_cublas)
+    assert "true, 100.0, 120.0, 0.8333333333333334" in text and '"confirmed ratio 0.833' in text
+    assert f'"l{lost.N}x{lost.K}"' in text
+
+
+# ---- nothing from the table reaches the header unchecked -----------------------------------------
+@pytest.mark.parametrize("change, needle", [
+    ({"GROUP": "8> int evil() { return 1; } template <int X"}, "GROUP='8> int evil()"),
+    ({"STAGES": True}, "STAGES=True"),
+    ({"GROUP": True}, "GROUP=True: expected one of"),
+    ({"STAGES": 4.0}, "STAGES=4.0: expected one of"),
+    ({"GROUP": 1 << 40}, "GROUP=1099511627776"),
+])
+def test_crafted_config_values_are_refused(change, needle):
+    wg = FAMILIES["wgmma_sm90"]
+    entry = DispatchEntry(4096, 4096, 4096, "bf16", "TN", "wgmma_sm90",
+                          dict(wg.default_config(), **change), 700.0, 650.0, 7)
+    with pytest.raises(UserError, match="--format cpp: entries\\[0\\]") as exc:
+        render(DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, [entry]), "cpp")
+    assert needle in str(exc.value)
+
+
+def test_crafted_device_name_and_label_are_escaped(tmp_path):
+    name = 'H200" ; int injected = 1; //\n#error injected\n\\ ?? é'
+    wg = FAMILIES["wgmma_sm90"]
+    entry = DispatchEntry(4096, 4096, 4096, "bf16", "TN", "wgmma_sm90", wg.default_config(),
+                          700.0, 650.0, 7, label='x"\n#error label', reason="*/ \n")
+    table = DispatchTable(False, {"name": name, "cc": 90}, [entry])
+    (tmp_path / "dispatch.h").write_text(render(table, "cpp"))
+    (tmp_path / "main.cpp").write_text(
+        '#include <cstdio>\n#include "dispatch.h"\nint main() { std::fputs(tunefw::dispatch::kDeviceName,'
+        ' stdout); std::fputs("|", stdout); std::fputs(tunefw::dispatch::kEntries[0].label, stdout); }\n')
+    built = subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-o", str(tmp_path / "n"),
+                            str(tmp_path / "main.cpp")], capture_output=True, text=True, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    run = subprocess.run([str(tmp_path / "n")], capture_output=True)
+    assert run.stdout.decode("utf-8") == name + "|" + entry.label
+    with pytest.raises(UserError, match="fingerprint.cc='90; evil'"):
+        render(DispatchTable(False, {"name": "NVIDIA H200", "cc": "90; evil"}, [entry]), "cpp")

@@ -66,7 +66,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     exported = run_cli("export", str(out), "--study", "q", db=db_url)
     assert exported.returncode == 0, exported.stderr
     table = json.loads(out.read_text())
-    assert table["simulated"] is True and table["schema_version"] == 1
+    assert table["simulated"] is True and table["schema_version"] == 2
     assert {(e["M"], e["N"], e["K"]) for e in table["entries"]} == {(4096, 4096, 4096),
                                                                     (128, 6144, 4096)}
     winners = {p["best"]["trial_id"] for p in shown["problems"]}

@@ -43,7 +43,9 @@ def test_exact_nearest_and_cublas_routes(tmp_path):
     exact = _no_warnings(lambda: d.route(4096, 4096, 4096, "bf16"))
     assert (exact.path, exact.entry.family) == ("exact", "wgmma_sm90")
     near = d.route(3000, 4096, 4096, torch.bfloat16)
-    assert (near.path, near.entry.M) == ("nearest", 4096)
+    assert (near.path, near.entry.M) == ("bucket", 4096)  # same layer, the tuned M above
+    far = d.route(3000, 4096, 2048, torch.bfloat16)
+    assert (far.path, far.entry.M) == ("nearest", 4096)  # a layer the table has no entry for
     assert d.route(100, 6144, 4096, "bf16").entry.family == "mma_sm80"
     assert d.route(2048, 2048, 2048, "fp16").path == "exact"
     assert d.route(2048, 2048, 2048, torch.float32).path == "cublas"
@@ -53,10 +55,14 @@ def test_exact_nearest_and_cublas_routes(tmp_path):
 def test_explain_texts(tmp_path):
     d = Dispatcher(_table(tmp_path), gpu=H200)
     assert d.explain(4096, 4096, 4096, "bf16").startswith(
-        "4096x4096x4096 bf16: exact: its own entry (wgmma_sm90, trial 8192); kernel gemm_wgmma_sm90<0, 128, 256")
-    near = d.explain(3000, 4096, 4096, "bf16")
-    assert near.startswith("3000x4096x4096 bf16: nearest: entry 4096x4096x4096, the closest whose config is valid "
-                           "here (log distance 0.311; wgmma_sm90, trial 8192)")
+        "4096x4096x4096 bf16: exact: its own entry (wgmma_sm90, trial 8192, 1.111x cuBLAS); "
+        "kernel gemm_wgmma_sm90<0, 128, 256")
+    bucket = d.explain(3000, 4096, 4096, "bf16")
+    assert bucket.startswith("3000x4096x4096 bf16: bucket: entry 4096x4096x4096, the smallest tuned M above "
+                             "3000 valid here (wgmma_sm90, trial 8192); no calibration evidence")
+    near = d.explain(3000, 4096, 2048, "bf16")
+    assert near.startswith("3000x4096x2048 bf16: nearest: entry 4096x4096x4096, the closest whose config is valid "
+                           "here (log distance 0.760) (wgmma_sm90, trial 8192); no calibration evidence")
     assert "compiled on first use" in near
     assert d.explain(64, 64, 64, torch.float32) == (
         "64x64x64 float32: cublas: not a tunable problem: problem dtype='float32': expected one of bf16, fp16")
@@ -73,7 +79,7 @@ def test_nearest_skips_invalid_configs_and_says_why(tmp_path):
                     gpu=H200)
     route = d2.route(64, 4096, 4096, "bf16")
     assert (route.path, route.entry.M) == ("nearest", 8192)  # farther, but valid
-    assert d2.explain(64, 64, 64, "fp16") == "64x64x64 fp16: cublas: the table has no fp16 entry"
+    assert d2.explain(64, 64, 64, "fp16") == "64x64x64 fp16: cublas: the table has no fp16 kernel entry"
 
 
 @pytest.mark.parametrize("gpu, table_kw, needle", [
@@ -105,11 +111,14 @@ def test_cpu_tensors_fall_back_to_torch_matmul(tmp_path):
         d.gemm(torch.randn(4, 16), torch.randn(4, 8))
 
 
-def test_no_cuda_and_no_gpu_override_means_cublas(tmp_path):
+def test_no_cuda_routes_cublas_but_explain_previews_the_tables_device(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     d = Dispatcher(_table(tmp_path))
-    assert d.explain(4096, 4096, 4096) == "4096x4096x4096 bf16: cublas: no CUDA device"
+    assert d.route(4096, 4096, 4096, "bf16").reason == "no CUDA device"
+    text = d.explain(4096, 4096, 4096)
+    assert text.startswith("4096x4096x4096 bf16: exact: its own entry (wgmma_sm90, trial 8192, 1.111x cuBLAS)")
+    assert text.endswith("[preview for NVIDIA H200, the table's device]")
 
 
 def test_shipped_cubin_directory(tmp_path):

@@ -19,7 +19,7 @@ def test_shipped_studies_parse():
 def test_llama3_layers_expand_to_model_shapes():
     spec = load_study_file(STUDIES / "llama3_8b.yaml")
     shapes = {(p.M, p.N, p.K) for p in spec.problems}
-    assert len(spec.problems) == 16  # 4 layers x 4 token counts
+    assert len(spec.problems) == 56  # 4 layers x the M grid (powers of two 1..8192)
     assert (128, 6144, 4096) in shapes      # qkv at decode
     assert (16, 4096, 14336) in shapes      # down at decode
     assert (8192, 28672, 4096) in shapes    # fused gate+up at prefill

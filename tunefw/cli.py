@@ -33,6 +33,8 @@ db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 app.add_typer(trial_app, name="trial")
 app.add_typer(db_app, name="db")
+from tunefw.cli_dispatch import dispatch_app  # noqa: E402  (tunefw dispatch ...)
+app.add_typer(dispatch_app, name="dispatch")
 
 out = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -116,12 +118,17 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
         study = q.get_study(s, name)
         summary = {"name": study.name, "round": study.round, "stats": study.stats,
                    "problems": [q.problem_summary(s, study, p) for p in study.problems]}
+    from tunefw.dispatch import DEFAULT_MIN_RATIO
+    for p in summary["problems"]:  # what `tunefw export` (default --min-ratio) ships for it
+        ratio = (p["best"] or {}).get("ratio")
+        p["export_route"] = None if p["best"] is None else (
+            "kernel" if ratio is not None and ratio >= DEFAULT_MIN_RATIO else "cublas")
     if as_json:
         print(json.dumps(summary, indent=2))
         return
     sim = bool(summary["stats"] and summary["stats"].get("simulated"))
     table = Table("problem", "evaluated", "ok", "outcomes", "best vs cuBLAS", "TFLOP/s",
-                  "cuBLAS", "family", "trial",
+                  "cuBLAS", "family", "trial", "export",
                   title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
     for p in summary["problems"]:
         best = p["best"] or {}
@@ -131,7 +138,8 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
                       f"{best['ratio']:.3f}x" if best.get("ratio") else "-",
                       f"{best['tflops']:.1f}" if best else "-",
                       f"{best['cublas_tflops']:.1f}" if best.get("cublas_tflops") else "-",
-                      best.get("family", "-"), str(best.get("trial_id", "-")))
+                      best.get("family", "-"), str(best.get("trial_id", "-")),
+                      {"kernel": "kernel", "cublas": "cuBLAS (loses)", None: "-"}[p["export_route"]])
     out.print(table)
 
 
@@ -293,11 +301,23 @@ def export_cmd(
     fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
+    min_ratio: float = typer.Option(1.0, "--min-ratio", metavar="RATIO",
+                                    help="Winners below this ratio to cuBLAS are exported as "
+                                    "cuBLAS routes (default 1.0)."),
+    from_table: Optional[Path] = typer.Option(None, "--from", metavar="DISPATCH.json",
+                                              help="Render this dispatch.json (e.g. a "
+                                              "calibrated one) instead of a study's winners."),
 ) -> None:
     """Write the study's winners as a dispatch table (schema in the README)."""
-    from tunefw.export import export
-    table = export(_store(), path, study, fmt, allow_mixed)
+    from tunefw.export import export, export_table
+    if from_table is not None:
+        from tunefw.dispatch import load
+        table = export_table(load(from_table), path, fmt)
+    else:
+        table = export(_store(), path, study, fmt, allow_mixed, min_ratio)
+    losses = sum(e.is_cublas for e in table.entries)
     out.print(f"wrote {path}: {len(table.entries)} entries"
+              + (f" ({losses} cuBLAS routes)" if losses else "")
               + (" (SIMULATED device)" if table.simulated else ""))
 
 

@@ -1,10 +1,11 @@
 """Runtime dispatch: C = A @ B^T from a dispatch table's tuned kernels, else cuBLAS.
 
 ``Dispatcher(path).gemm(a, b)`` takes a: MxK and b: NxK (TN, like ``F.linear`` without bias),
-picks the table's entry for the shape (exact, else the nearest entry whose config passes the
-family's check() for the shape on this GPU), gets its kernel (compiled on first use through
-tunefw.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
-current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: CPU tensors,
+picks the entry for the shape by the table's rules on this GPU (tunefw/rules.py: exact, bucket,
+nearest, calibration evidence, cuBLAS routes; then the first-call guard of tunefw/guard.py for
+non-exact routes), gets its kernel (compiled on first use through tunefw.compiler and its
+cache, or read from a shipped cubin directory), launches it on torch's current stream and
+returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS routes, CPU tensors,
 other dtypes, non-contiguous or misaligned operands, shapes no entry can serve, a table tuned
 on another GPU model or compute capability, a SIMULATED table, a kernel that cannot be built.
 
@@ -30,10 +31,9 @@ compiled (and a compile that fails sends its shapes to cuBLAS).
 from __future__ import annotations
 
 import ctypes
-import json
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +41,17 @@ import torch
 
 from tunefw.device import DeviceSpec
 from tunefw.dispatch import DispatchEntry, DispatchTable, load
+from tunefw.rules import Route, shape as _shape
+from tunefw.shipped import MANIFEST, MANIFEST_FORMAT, read_manifest, ship_cubins  # noqa: F401
 from tunefw.errors import UserError
+from tunefw.guard import Guard, Timer
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
 from tunefw.templates.base import KernelTemplate, Launch
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
 ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
 TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one (M, N, K, dtype) is served: path 'exact' | 'nearest' | 'cublas', and why."""
-
-    path: str
-    entry: DispatchEntry | None
-    reason: str
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
@@ -217,8 +209,11 @@ class Dispatcher:
     """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
 
     def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
-                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None) -> None:
-        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's."""
+                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None,
+                 guard: bool | None = None, guard_timer: Timer | None = None,
+                 guard_cache: str | Path | bool | None = None) -> None:
+        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's.
+        ``guard``/``guard_timer``/``guard_cache``: the first-call guard (tunefw/guard.py)."""
         self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
         self.cubin_dir = Path(cubin_dir) if cubin_dir else None
         self.cache_dir = cache_dir
@@ -230,6 +225,7 @@ class Dispatcher:
         self._devices: dict[int | None, _Device] = {}
         self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
         self._warned: set[str] = set()
+        self._guard = Guard(self.table, guard, guard_timer, guard_cache)
 
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -271,6 +267,8 @@ class Dispatcher:
                 route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
                 if route.entry is not None:
                     plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    if plan is not None and _servable(a, b):
+                        plan = self._first_call(route, plan, a, b, self._devices[a.get_device()])
             self._plans[key] = plan
             return plan
 
@@ -289,7 +287,15 @@ class Dispatcher:
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
                                                  f"{_shape(route.entry)} is unavailable: {reason}")
+                route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
             return route
+
+    def _first_call(self, route: Route, plan: _Plan, a: torch.Tensor, b: torch.Tensor,
+                    dev: _Device) -> _Plan | None:
+        """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
+        decided = self._guard.first_call(route, plan.problem, dev.spec, lambda: plan(a, b),
+                                         lambda: torch.matmul(a, b.t()))
+        return plan if decided.entry is not None else None
 
     def _route(self, M: int, N: int, K: int, dtype: str, dev: _Device | None) -> Route:
         if dev is None:
@@ -300,28 +306,39 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        entry = self.table.lookup(problem, dev.spec)
-        if entry is None:
-            same = [e for e in self.table.entries if e.dtype == dtype]
-            if not same:
-                return Route("cublas", None, f"the table has no {dtype} entry")
-            nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))
-            why = FAMILIES[nearest.family].check(nearest.config, problem, dev.spec)
-            return Route("cublas", None, f"no {dtype} entry's config is valid for this shape "
-                                         f"(nearest {_shape(nearest)}: {why})")
-        source = self._source(entry)
-        if (entry.M, entry.N, entry.K) == (M, N, K):
-            return Route("exact", entry, f"its own entry ({entry.family}, trial {entry.trial_id}); {source}")
-        return Route("nearest", entry,
-                     f"entry {_shape(entry)}, the closest whose config is valid here (log distance "
-                     f"{problem.log_distance(entry.problem):.3f}; {entry.family}, trial "
-                     f"{entry.trial_id}); {source}")
+        route = self.table.decide(problem, dev.spec)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
                 device: int | None = None) -> str:
-        """One line: which path serves the shape (exact / nearest from which entry / cublas) and why."""
-        route = self.route(M, N, K, dtype, device)
-        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}"
+        """One line: the path serving the shape (exact / bucket / nearest / calibrated / cublas),
+        the rule, its entry and the measured ratio behind it."""
+        with self._lock:
+            live = self._device(device)
+        if live is None:  # no CUDA here: what the table's rules answer on its own device
+            route, note = self.preview(M, N, K, dtype), f" [preview for {self._table_device()}]"
+        else:
+            route, note = self.route(M, N, K, dtype, device), ""
+            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{dtype_name(dtype)}:TN")
+            note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
+        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
+
+    def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:
+        """The route by the table's rules on the device it was tuned on (needs no CUDA)."""
+        try:
+            problem = GemmProblem(M, N, K, dtype_name(dtype))
+        except UserError as exc:
+            return Route("cublas", None, f"not a tunable problem: {exc}")
+        route = self.table.decide(problem)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+
+    def _table_device(self) -> str:
+        name = self.table.fingerprint.get("name") or self.table.device().name
+        return f"{name}, the table's device" + (" (SIMULATED table)" if self.table.simulated else "")
 
     def _device(self, index: int | None) -> _Device | None:
         """The device state (probed once; warns once when the table must not run there)."""
@@ -391,46 +408,3 @@ def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Operands a kernel can read: contiguous, 16-byte aligned, on one device."""
     return (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) % ALIGN
             and a.get_device() == b.get_device())
-
-
-def _shape(entry: DispatchEntry) -> str:
-    return f"{entry.M}x{entry.N}x{entry.K}"
-
-
-# ---- shipped cubins --------------------------------------------------------------------------
-def read_manifest(cubin_dir: Path) -> dict:
-    """The manifest of a shipped cubin directory; a one-line UserError if it is unusable."""
-    path = cubin_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT \
-            or not isinstance(manifest.get("kernels"), dict) or not isinstance(manifest.get("arch"), str):
-        raise UserError(f"{path}: expected {{'format': {MANIFEST_FORMAT}, 'arch': ..., 'kernels': {{...}}}}")
-    return manifest
-
-
-def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
-                cache_dir: str | Path | None = None) -> dict:
-    """Compile every entry's kernel for ``arch`` into ``cubin_dir`` with its manifest; returns it."""
-    from tunefw.compiler import compile_kernel
-
-    out = Path(cubin_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    kernels: dict[str, dict] = {}
-    for entry in table.entries:
-        family = FAMILIES[entry.family]
-        name = family.name_expression(entry.config, entry.dtype)
-        if name in kernels:
-            continue
-        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=cache_dir)
-        if not result.ok:
-            raise UserError(f"{name}: {result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
-        (out / f"{result.key}.cubin").write_bytes(result.cubin)
-        kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name}
-    manifest = {"format": MANIFEST_FORMAT, "arch": arch, "kernels": kernels}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest

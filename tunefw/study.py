@@ -9,6 +9,7 @@ import yaml
 
 from tunefw.errors import UserError
 from tunefw.problem import DTYPES, GemmProblem, parse_shape
+from tunefw.rules import model_token_counts
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 FAULTS = ("crash", "hang", "wrong", "compile_error")
@@ -123,9 +124,7 @@ def _problems(source: str, d: dict, dtype: str) -> tuple[list[GemmProblem], list
                 raise _err(source, f"{where}: missing {key}")
             sizes[key] = _int(source, f"{where}.{key}", model[key])
         sizes["2*intermediate"] = 2 * sizes["intermediate"]
-        ms = model.get("M")
-        if not isinstance(ms, list) or not ms:
-            raise _err(source, f"{where}.M: expected a non-empty list of token counts")
+        ms = model_token_counts(source, where, model.get("M"))  # the M grid: tunefw/rules.py
         name = str(model.get("name", f"model{i}"))
         for m in ms:
             for label, n_key, k_key in MODEL_LAYERS:

@@ -1,0 +1,148 @@
+"""The first-call guard on CPU with a fake timer: decisions, their cache keys, invalidation when
+the table or the GPU changes, and what happens during CUDA-graph capture / tracing."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from tunefw import guard
+from tunefw.device import H200
+from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
+from tunefw.problem import GemmProblem
+from tunefw.runtime import Dispatcher
+from tunefw.templates import FAMILIES
+
+CONFIG = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)
+
+
+def _table(tflops=700.0):
+    entries = [DispatchEntry(M, 4096, 4096, "bf16", "TN", "wgmma_sm90", CONFIG, tflops, 650.0, M)
+               for M in (128, 2048)]
+    evidence = [Evidence(1000, 4096, 4096, "bf16", "TN", "bucket", (2048, 4096, 4096), 110.0, 100.0)]
+    return DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries, evidence=evidence)
+
+
+class FakeTimer:
+    def __init__(self, kernel_ms, cublas_ms):
+        self.times, self.calls = (kernel_ms, cublas_ms), 0
+
+    def __call__(self, kernel, cublas):
+        self.calls += 1
+        kernel(), cublas()  # both run on the call's operands
+        return self.times
+
+
+class FakePlan:
+    def __init__(self, M, N, K):
+        self.problem, self.ran = GemmProblem(M, N, K), 0
+
+    def __call__(self, a, b):
+        self.ran += 1
+        return torch.matmul(a, b.t())
+
+
+def _dispatcher(tmp_path, timer, table=None, gpu=H200, **kw):
+    return Dispatcher(table or _table(), gpu=gpu, guard_timer=timer,
+                      guard_cache=tmp_path / "guard.json", **kw)
+
+
+def _first_call(d, M, N=4096, K=4096):
+    """What gemm() does on a shape's first CUDA call, with a fake plan and CPU operands."""
+    route = d.route(M, N, K, "bf16")
+    plan = FakePlan(M, N, K)
+    a, b = torch.randn(M, 64), torch.randn(N // 64, 64)
+    return d._first_call(route, plan, a, b, d._devices[None]), plan
+
+
+def test_a_slower_kernel_is_replaced_by_cublas_and_remembered(tmp_path):
+    timer = FakeTimer(kernel_ms=2.0, cublas_ms=1.0)
+    d = _dispatcher(tmp_path, timer)
+    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"  # neighbour evidence only
+    kept, plan = _first_call(d, 1500)
+    assert kept is None and plan.ran == 1 and timer.calls == 1
+    route = d.route(1500, 4096, 4096, "bf16")
+    assert (route.path, route.rule, route.ratio) == ("cublas", "bucket", 0.5)
+    assert d.explain(1500, 4096, 4096) == (
+        "1500x4096x4096 bf16: cublas: first-call guard measured 0.500x cuBLAS on this shape for "
+        "the bucket entry 2048x4096x4096: cuBLAS is faster")
+    # a new process with the same table and GPU reads the decision: no timing
+    again = _dispatcher(tmp_path, FakeTimer(1.0, 2.0))
+    assert again.route(1500, 4096, 4096, "bf16").path == "cublas"
+    saved = json.loads((tmp_path / "guard.json").read_text())
+    (key,) = saved["decisions"]
+    assert key == f"{guard.table_hash(_table())}/{guard.gpu_key(H200)}/1500x4096x4096:bf16:TN"
+
+
+def test_a_faster_kernel_is_kept(tmp_path):
+    d = _dispatcher(tmp_path, FakeTimer(kernel_ms=1.0, cublas_ms=1.25))
+    kept, _ = _first_call(d, 100)
+    assert kept is not None
+    route = d.route(100, 4096, 4096, "bf16")
+    assert (route.path, route.entry.M, route.ratio) == ("guarded", 128, 1.25)
+    assert d.explain(100, 4096, 4096).startswith(
+        "100x4096x4096 bf16: guarded: first-call guard measured 1.250x cuBLAS on this shape: kept "
+        "the bucket entry 128x4096x4096; entry 128x4096x4096, the smallest tuned M above 100")
+
+
+def test_decisions_are_invalidated_when_the_table_or_the_gpu_changes(tmp_path):
+    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1500)
+    changed = _table(tflops=710.0)
+    assert guard.table_hash(changed) != guard.table_hash(_table())
+    assert _dispatcher(tmp_path, None, table=changed).route(1500, 4096, 4096, "bf16").path == "calibrated"
+    other_gpu = dataclasses.replace(H200, sm_count=114)  # same model name and cc, other limits
+    assert guard.gpu_key(other_gpu) != guard.gpu_key(H200)
+    assert _dispatcher(tmp_path, None, gpu=other_gpu).route(1500, 4096, 4096, "bf16").path == "calibrated"
+    assert _dispatcher(tmp_path, None).route(1500, 4096, 4096, "bf16").path == "cublas"
+
+
+def test_nothing_is_timed_during_capture_or_tracing(tmp_path, monkeypatch):
+    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1500)  # stored before capture
+    monkeypatch.setattr(guard, "capturing", lambda: True)
+    timer = FakeTimer(2.0, 1.0)
+    d = _dispatcher(tmp_path, timer)
+    kept, plan = _first_call(d, 300)  # first seen during capture: the table's rule
+    assert kept is not None and timer.calls == 0 and plan.ran == 0
+    assert d.route(300, 4096, 4096, "bf16").path == "calibrated"
+    assert d.explain(300, 4096, 4096).endswith(
+        "[guard: first seen during CUDA-graph capture or torch.compile tracing: the table's rule, not timed]")
+    assert d.route(1500, 4096, 4096, "bf16").path == "cublas"  # the stored decision still holds
+
+
+def test_exact_entries_measured_shapes_and_a_disabled_guard_are_not_timed(tmp_path, monkeypatch):
+    timer = FakeTimer(2.0, 1.0)
+    d = _dispatcher(tmp_path, timer)
+    for M in (2048, 1000):  # an exact entry; a shape measured by calibration (1.1x)
+        assert d.route(M, 4096, 4096, "bf16").path in ("exact", "calibrated")
+        kept, _ = _first_call(d, M)
+        assert kept is not None
+    assert timer.calls == 0
+    off = _dispatcher(tmp_path, timer, guard=False)
+    kept, _ = _first_call(off, 1500)
+    assert kept is not None and timer.calls == 0
+    monkeypatch.setenv(guard.ENV, "0")
+    assert not _dispatcher(tmp_path, timer)._guard.enabled
+
+
+def test_broken_or_unwritable_cache_files_cost_only_a_measurement(tmp_path):
+    (tmp_path / "guard.json").write_text("{not json")
+    d = _dispatcher(tmp_path, FakeTimer(2.0, 1.0))
+    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"
+    _first_call(d, 1500)
+    assert json.loads((tmp_path / "guard.json").read_text())["format"] == 1
+    ro = guard.DecisionCache(tmp_path / "missing" / "dir" / "x" / "guard.json")
+    (tmp_path / "missing").write_text("a file, not a directory")
+    ro.put("k", guard.Decision(True, 1.1, 1.0, 1.1))
+    assert ro.get("k") == guard.Decision(True, 1.1, 1.0, 1.1)  # kept for the process
+
+
+def test_decide_keeps_the_faster():
+    assert guard.decide(lambda k, c: (1.0, 1.01), None, None).kernel
+    assert not guard.decide(lambda k, c: (1.0, 0.99), None, None).kernel
+    assert guard.decide(lambda k, c: (1.0, 0.99), None, None, min_ratio=0.95).kernel
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("1", True), ("", True)])
+def test_env_switch(monkeypatch, value, on):
+    monkeypatch.setenv(guard.ENV, value)
+    assert guard.enabled_by_env() is on

@@ -35,14 +35,14 @@ int main() {
 
 
 def _entries(seed: int) -> list[DispatchEntry]:
-    """Entries of both families and dtypes, with random valid configs (split-K, clusters)."""
+    """Entries of every family and dtype, with random valid configs (split-K, clusters)."""
     rng = random.Random(seed)
     entries = []
-    for i in range(40):
-        family = FAMILIES[("mma_sm80", "wgmma_sm90")[i % 2]]
-        problem = GemmProblem(rng.choice([16, 64, 128, 512, 2048, 4096, 8192]),
-                              rng.choice([256, 1024, 4096, 6144, 14336]),
-                              rng.choice([64, 512, 4096, 14336]), ("bf16", "fp16")[i % 3 == 0])
+    for i in range(45):
+        family = FAMILIES[("mma_sm80", "wgmma_sm90", "skinny_sm90")[i % 3]]
+        ms = [1, 3, 8, 16, 33, 64] if family.family == "skinny_sm90" else [16, 64, 128, 512, 2048, 4096, 8192]
+        problem = GemmProblem(rng.choice(ms), rng.choice([256, 1024, 4096, 6144, 14336]),
+                              rng.choice([64, 512, 4096, 14336]), ("bf16", "fp16")[i % 4 == 0])
         (config,) = sample_configs(family, problem, H200, 1, seed=seed * 100 + i)
         entries.append(DispatchEntry(problem.M, problem.N, problem.K, problem.dtype, "TN",
                                      family.family, config, 100.0 + i, 90.0, i))

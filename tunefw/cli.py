@@ -35,6 +35,8 @@ app.add_typer(trial_app, name="trial")
 app.add_typer(db_app, name="db")
 from tunefw.cli_dispatch import dispatch_app  # noqa: E402  (tunefw dispatch ...)
 app.add_typer(dispatch_app, name="dispatch")
+from tunefw.cli_verify import verify_cmd  # noqa: E402  (tunefw verify ...)
+app.command("verify")(verify_cmd)
 
 out = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -50,7 +50,17 @@ CPP_FITS = {
       cdiv(num_m, e.cluster_m) * cdiv(num_n, e.cluster_n) * e.split_k * e.cluster_m > kMaxGrid)
     return false;
   return true;""",
+    # Reads its knobs from the entry's template arguments (see _knob_prelude).
+    "skinny_sm90": """  const int64_t need = cdiv(M, 8);
+  if (MTILES < need || MTILES > 2 * need) return false;
+  if (BN - 16 >= N) return false;
+  const int64_t steps = cdiv(K, 32 * KV), per_rank = cdiv(steps, CK);
+  if (per_rank * (CK - 1) >= steps) return false;
+  return per_rank >= WARPS;""",
 }
+# Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
+# dtype code, then one per declared param in declaration order (templates/<family>.py).
+KNOBS_FROM_ARGS = ("skinny_sm90",)
 RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
 RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
 _INT = re.compile(r"-?[0-9]{1,19}")
@@ -125,6 +135,14 @@ def _cpp_evidence(table: DispatchTable) -> str:
     return "\n".join(rows) or "    {0, 0, 0, DType::bf16, -1, 0.0, 0.0, 0.0},  // none"
 
 
+def _knob_prelude(family: str) -> str:
+    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family."""
+    if family not in KNOBS_FROM_ARGS:
+        return ""
+    return "".join(f"  [[maybe_unused]] const int64_t {p.name} = e.args[{i + 1}];\n"
+                   for i, p in enumerate(FAMILIES[family].params))
+
+
 def render_cpp(table: DispatchTable) -> str:
     """A self-contained C++17 header: the entries, their template arguments and lookup()."""
     if not table.entries:
@@ -146,7 +164,7 @@ def render_cpp(table: DispatchTable) -> str:
         for i, e in enumerate(table.entries))
     fits = "\n\n".join(
         f"inline bool fits_{f}(const Entry& e, int64_t M, int64_t N, int64_t K) {{\n"
-        f"{CPP_FITS[f]}\n}}" for f in families if f in CPP_FITS)
+        f"{_knob_prelude(f)}{CPP_FITS[f]}\n}}" for f in families if f in CPP_FITS)
     cases = "\n".join(f"    case Family::{f}: return detail::fits_{f}(e, M, N, K);"
                       for f in families if f in CPP_FITS)
     threshold = cpp_double(table.evidence_min_ratio, "evidence_min_ratio")

@@ -66,7 +66,7 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
     table = load(target)
     jobs = []
     for e in table.entries:
-        if e.family == "cublas" or getattr(e, "route", "kernel") == "cublas":
+        if e.is_cublas:
             continue
         family = get_family(e.family)
         where = f"entry {e.M}x{e.N}x{e.K}"

@@ -215,6 +215,8 @@ def main() -> None:
     parser.add_argument("--shape", default="4096x4096x4096")
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--compiles", type=int, default=8)
+    parser.add_argument("--faults-only", action="store_true",
+                        help="only the fault kernels (no repeat screens, no compile timing)")
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child), args.cache_dir)
@@ -227,7 +229,8 @@ def main() -> None:
     config = real_config(args.family, problem)
     others = [c for c in sample_configs(get_family(args.family), problem, H200, 6, seed=2)
               if c != config][:4]
-    repeats = repeat_jobs(args.family, config, problem, len(faults), 5, 60.0, others)
+    repeats = [] if args.faults_only else repeat_jobs(args.family, config, problem, len(faults), 5,
+                                                       60.0, others)
     outcomes, fresh, worker = run_jobs(faults + repeats, cache_dir)
 
     fault_rows = []
@@ -238,6 +241,20 @@ def main() -> None:
                            "next_in_fresh_worker": fresh[job["id"] + 1],
                            "seconds": round(out["seconds"], 2), "log": out["log"][:300],
                            "regs": out.get("regs"), "spill_bytes": out.get("spill_bytes")})
+    if args.faults_only:
+        report = {"script": "benchmarks/evaluator_gpu_check.py --faults-only",
+                  "date": datetime.date.today().isoformat(), "device": worker["fingerprint"],
+                  "faults": fault_rows,
+                  "faults_as_expected": all(r["outcome"] == r["expected"] and r["next_outcome"] == "OK"
+                                            for r in fault_rows),
+                  "wall_s": round(time.time() - started, 1)}
+        out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "evaluator_faults_h200.json").write_text(json.dumps(report, indent=2, default=str))
+        for r in fault_rows:
+            print(f"{r['fault']:>18} {r['outcome']:>16} expected {r['expected']:>16} next {r['next_outcome']}  {r['log'][:90]}")
+        print("faults as expected:", report["faults_as_expected"])
+        return
     confirm = outcomes[repeats[-1]["id"]]
     screens = [outcomes[j["id"]] for j in repeats[:-1] if not j.get("lead_in")]
     ok = [s for s in screens if s["status"] == "OK"]

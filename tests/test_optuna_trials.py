@@ -148,3 +148,10 @@ def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path):
     best = study.best_trial
     assert best.params["mma_sm80.BM"] in (32, 64, 128, 256)
     assert best.value == pytest.approx(best.user_attrs["tflops"] / best.user_attrs["cublas_tflops"])
+
+
+def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
+    _run(store, _search(store, "s/p/r0"))
+    optuna.create_study(study_name="other/p/r0", storage=db_url)
+    assert run_cli("study", "delete", "s", db=db_url).returncode == 0
+    assert optuna.get_all_study_names(db_url) == ["other/p/r0"]

@@ -175,3 +175,15 @@ def test_the_cli_lists_a_familys_knobs_from_the_declaration():
     assert "int 64..256 step 32" in lines["BN"]
     assert "cooperative=0, pingpong=1" in lines["SCHEDULE"]
     assert "tile rows (M) per CTA" in lines["BM"]
+
+
+def test_a_mistyped_entry_is_refused_before_a_header_is_written():
+    from tunefw.dispatch import DispatchEntry, DispatchTable
+    from tunefw.export import render
+
+    entry = DispatchEntry(4096, 4096, 4096, "bf16", "TN", "wgmma_sm90",
+                          {**WGMMA.default_config(), "CLUSTER_M": 2.0}, 700.0, 690.0, 1)
+    table = DispatchTable(simulated=True, fingerprint={"name": "SIMULATED NVIDIA H200", "cc": 90},
+                          entries=[entry])
+    with pytest.raises(UserError, match="^CLUSTER_M=2.0 is a float, expected an int$"):
+        render(table, "cpp")

@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tunefw.errors import UserError
+from tunefw.templates import FAMILIES
+
+FAMILY_NAMES = " | ".join(sorted(FAMILIES))
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as _click_exc
@@ -23,7 +26,7 @@ except ImportError:  # older typer runs on click itself
     from click import exceptions as _click_exc
     from click.exceptions import Abort as _Abort, Exit as _Exit
 
-app = typer.Typer(help="tunefw: tune GPU GEMM kernels (mma_sm80, wgmma_sm90) with Optuna on Ray "
+app = typer.Typer(help=f"tunefw: tune GPU GEMM kernels ({', '.join(sorted(FAMILIES))}) with Optuna on Ray "
                        "workers, store every trial in SQLite, export the winners as a dispatch table.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode=None)
@@ -153,10 +156,11 @@ def study_delete(name: str = typer.Argument(..., help="Study name.")) -> None:
     store = _store()
     with store.session() as s:
         prefix = q.get_study(s, name).name + "/"  # fail on an unknown name before touching Optuna
+    import optuna
     storage = storage_for(store)
-    for summary in storage.get_all_studies():
-        if summary.study_name.startswith(prefix):
-            storage.delete_study(summary._study_id)
+    for study_name in optuna.get_all_study_names(storage):
+        if study_name.startswith(prefix):
+            optuna.delete_study(study_name=study_name, storage=storage)
     with store.session() as s:
         q.delete_study(s, name)
     out.print(f"deleted study {name}")
@@ -323,9 +327,29 @@ def export_cmd(
               + (" (SIMULATED device)" if table.simulated else ""))
 
 
+@app.command("family")
+def family_cmd(name: Optional[str] = typer.Argument(
+        None, help=f"Kernel family ({FAMILY_NAMES}); default: list the families.")) -> None:
+    """List the kernel families, or one family's knobs as declared: values (default first),
+    Optuna encoding, C++ template-argument tokens, meaning."""
+    from tunefw.templates import get_family
+    if name is None:
+        for fam in sorted(FAMILIES):
+            t = FAMILIES[fam]
+            out.print(f"{fam}  {t.kernel} in {t.source}, cc >= {t.min_cc}, {len(t.params)} knobs")
+        return
+    template = get_family(name)
+    table = Table(title=f"{name}: {template.kernel}<DTYPE, {', '.join(template.param_names)}>")
+    for column in ("knob", "values", "optuna", "c++", "meaning"):
+        table.add_column(column, overflow="fold")
+    for row in template.describe():
+        table.add_row(row["name"], row["values"], row["optuna"], row["cpp"], row["help"])
+    out.print(table)
+
+
 @app.command("compile")
 def compile_cmd(
-    family: str = typer.Argument(..., help="Kernel family (mma_sm80 | wgmma_sm90 | skinny_sm90)."),
+    family: str = typer.Argument(..., help=f"Kernel family ({FAMILY_NAMES})."),
     arch: str = typer.Option(..., "--arch", help="sm_80 | sm_90 | sm_90a."),
     sample: int = typer.Option(8, "--sample", help="How many random valid configs."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),

@@ -117,7 +117,7 @@ def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str
         futures = [pool.submit(template, config, dtype, arch) for config in configs]
         for config, future in zip(configs, futures):
             result = future.result()
-            sass_reason = (sass_check(result.cubin, require_op="HGMMA" if template.needs_arch_suffix else "HMMA")
+            sass_reason = (sass_check(result.cubin, require_op=template.tensor_op)
                            if check_sass and result.ok else None)
             failed += (not result.ok) or bool(sass_reason)
             results.append(result)

@@ -32,13 +32,12 @@ from typing import Any, Mapping
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Status
 from tunefw.framing import recv, send
-from tunefw.templates.base import TEMPLATE_DIR, KernelTemplate
+from tunefw.templates.base import TEMPLATE_DIR, KernelTemplate, source_files
 
 FLAGS = ("-std=c++17", "--ptxas-options=-v")
 CACHE_FORMAT = 1  # bump when the stored metadata changes meaning
 WORKER_START_TIMEOUT_S = 120.0
 _ARCH = re.compile(r"^sm_(\d{2,3})(a?)$")
-_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 _SOURCE_SUFFIXES = (".cuh", ".h", ".hpp", ".cu", ".inc")
 
 
@@ -120,22 +119,16 @@ def check_arch(arch: str) -> str:
     return arch
 
 
-def source_files(source: Path, search: tuple[Path, ...]) -> list[Path]:
-    """The source and every file it includes (recursively) that exists under the search dirs."""
-    found: list[Path] = []
-    pending = [source]
-    while pending:
-        path = pending.pop()
-        if path in found:
-            continue
-        found.append(path)
-        for name in _INCLUDE.findall(path.read_text()):
-            for base in (path.parent, *search):
-                candidate = (base / name).resolve()
-                if candidate.is_file():
-                    pending.append(candidate)
-                    break
-    return found
+def undeclared_includes(template: KernelTemplate, root: Path) -> list[str]:
+    """Files under ``root`` the template's source includes (recursively) that its declared
+    ``headers`` leave out: their edits would not reach the family's source hash."""
+    if template.headers is None:  # not declared: the hash follows the includes themselves
+        return []
+    root = Path(root).resolve()
+    declared = {p.resolve() for p in template.source_paths(root)}
+    found = source_files(root / template.source, (root / "include", root))
+    return sorted(p.relative_to(root).as_posix() for p in found
+                  if p.is_relative_to(root) and p not in declared)
 
 
 def cache_root(cache_dir: Path | str | None) -> Path:
@@ -167,11 +160,12 @@ def _prepare(template: KernelTemplate, config: Mapping[str, Any], dtype: str, ar
     include = root / "include"
     info = compiler_info()
     name = template.name_expression(config, dtype)
-    digest = hashlib.sha256()
-    for path in source_files(source, (include, root)):
-        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode())
-        digest.update(path.read_bytes())
-    identity = json.dumps({"sources": digest.hexdigest(), "name": name, "arch": arch,
+    undeclared = undeclared_includes(template, root)
+    if undeclared:
+        raise UserError(f"family {template.family}: {template.source} includes "
+                        f"{', '.join(undeclared)}, not declared in its headers")
+    # The family's one source hash (template + declared headers), as result reuse uses it.
+    identity = json.dumps({"sources": template.source_hash(root), "name": name, "arch": arch,
                            "flags": FLAGS, "compiler": info.label, "format": CACHE_FORMAT})
     key = hashlib.sha256(identity.encode()).hexdigest()
     options = [f"--gpu-architecture={arch}", *FLAGS, f"-I{include}", f"-I{root}"]

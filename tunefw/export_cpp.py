@@ -156,7 +156,7 @@ def render_cpp(table: DispatchTable) -> str:
     name = str(fp.get("name", "mixed devices"))
     cc = fp.get("cc")
     cc_text = cpp_int(cc, "fingerprint.cc") if cc is not None else "0"
-    max_args = max(len(FAMILIES[e.family].template_args(e.config, e.dtype)) for e in table.entries)
+    max_args = max(len(_template_args(e, i)) for i, e in enumerate(table.entries))
     rows = "\n".join(_cpp_entry(e, i, FAMILIES[e.family].check(e.config, e.problem, device) is None)
                      for i, e in enumerate(table.entries))
     xmacro = " \\\n".join(

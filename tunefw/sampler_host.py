@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunefw.device import DeviceSpec
 from tunefw.framing import recv, send
 from tunefw.problem import GemmProblem
+from tunefw.sampling import forget_cached_trials, make_sampler, screen_candidates
 
 
 class SamplerHostError(RuntimeError):
@@ -114,8 +115,6 @@ class _Replica:
 
     def __init__(self, seed: int, families: list[str], problem: GemmProblem,
                  device: DeviceSpec) -> None:
-        from tunefw.search import make_sampler, screen_candidates
-
         self.sampler = make_sampler("tpe", seed, len(families))
         self.study = optuna.create_study(direction="maximize", sampler=self.sampler)
         self.known: set[str] = set()
@@ -127,8 +126,8 @@ class _Replica:
             self.study.add_trial(trial)
         self.known.update(known)
         # Study.ask() drops the trial list TPE caches; the replica never asks, so drop it here
-        # (a private attribute: without this the replica's TPE decides on stale trials).
-        self.study._thread_local.cached_all_trials = None
+        # (without this the replica's TPE decides on stale trials).
+        forget_cached_trials(self.study)
 
 
 def _answer(replicas: dict[int, _Replica], request: tuple) -> Any:

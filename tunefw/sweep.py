@@ -16,7 +16,7 @@ from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.sampler_host import SamplerHost
-from tunefw.search import DurableMirror, ProblemSearch
+from tunefw.search import DurableMirror, ProblemSearch, trial_attrs
 from tunefw.store import Store
 from tunefw.store.session import sqlite_pragmas
 from tunefw.store import queries as q
@@ -43,7 +43,8 @@ class ProblemState(AskState):
         """Take up the round's stored rows: durable trials a killed launch never mirrored, known
         configs, the evaluated count and each OK config's objective (its ratio to cuBLAS)."""
         self.search.restore([(t.optuna_trial, t.family, t.config,
-                              t.ratio if t.status == Status.OK.value else None)
+                              t.ratio if t.status == Status.OK.value else None,
+                              trial_attrs(t.tflops, t.cublas_tflops, t.id, t.status))
                              for t in rows if t.optuna_trial is not None])
         for t in rows:
             self.known.add(t.config_key)
@@ -291,7 +292,8 @@ class Sweep:
         told = st.search.tell(trial, value)
         row_id = self._record(st, family, config, key, outcome, st.search.next_number, attempts,
                               reused)
-        st.search.record(told, value)
+        st.search.record(told, value, trial_attrs(outcome.tflops, outcome.cublas_tflops, row_id,
+                                                  outcome.status.value))
         with st.lock:
             st.evaluated += 1
         if outcome.ok:

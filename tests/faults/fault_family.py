@@ -26,6 +26,7 @@ class FaultFamily(KernelTemplate):
 
     family = "fault"
     source = "fault_gemm.cuh"
+    headers = ("include/faults/convert.cuh",)
     kernel = "fault_gemm"
     min_cc = 80
     params = (Param("fault", FAULTS, "which failure the kernel commits"),)

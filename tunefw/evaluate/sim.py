@@ -24,7 +24,6 @@ from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 
 SIM_DEVICE = H200
-FAMILY_EFFICIENCY = {"wgmma_sm90": 0.86, "mma_sm80": 0.47, "skinny_sm90": 0.4}  # of the dense tensor-core peak
 CUBLAS_EFFICIENCY = 0.80
 LAUNCH_US = 4.0
 
@@ -57,9 +56,9 @@ def model_time_ms(family: str, config: dict, problem: GemmProblem,
     """Modeled kernel time: max(compute over the quantized tiles and waves, memory) + launch."""
     tpl = get_family(family)
     res = tpl.estimate(config)
-    bm, bn, bk = config.get("BM", 128), config.get("BN", 128), config.get("BK", 32)
-    split = config.get("SPLIT_K", 1)
-    stages = config.get("STAGES", 3)
+    hint = tpl.cost_hint(config)  # the family says what its knobs mean for the model
+    bm, bn, bk = hint.tile_m, hint.tile_n, hint.tile_k
+    split, stages = hint.split_k, hint.stages
     tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
     ctas = tiles * split
     per_sm = max(1, min(device.smem_per_sm // max(res.smem_bytes, 1),
@@ -68,9 +67,9 @@ def model_time_ms(family: str, config: dict, problem: GemmProblem,
     slots = device.sm_count * min(per_sm, 2)
     waves = math.ceil(ctas / slots)
     intensity = bm * bn / (bm + bn)  # FLOP per operand byte of a tile, up to constants
-    eff = FAMILY_EFFICIENCY[family] * intensity / (intensity + 12.0) * 1.15
+    eff = hint.efficiency * intensity / (intensity + 12.0) * 1.15
     eff *= min(1.0, 0.55 + 0.15 * stages) * (1.0 if per_sm >= 2 or tiles >= 64 else 0.92)
-    if config.get("SWIZZLE") in (0, "none"):
+    if not hint.swizzled:
         eff *= 0.8  # bank conflicts on ldmatrix / wgmma reads
     # Every other knob moves the result a little, deterministically, as real ones do.
     eff *= 0.96 + 0.08 * _unit("knobs", family, sorted(config.items()), problem.key())

@@ -8,15 +8,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 
 Config = Mapping[str, Any]
-
 
 
 def _find_template_dir() -> Path:
@@ -29,15 +30,123 @@ def _find_template_dir() -> Path:
 
 
 TEMPLATE_DIR = _find_template_dir()
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def source_files(source: Path, search: tuple[Path, ...]) -> list[Path]:
+    """The source and every file it includes (recursively) that exists under the search dirs."""
+    found: list[Path] = []
+    pending = [source]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.append(path)
+        for name in _INCLUDE.findall(path.read_text()):
+            for base in (path.parent, *search):
+                candidate = (base / name).resolve()
+                if candidate.is_file():
+                    pending.append(candidate)
+                    break
+    return found
+
+
+ENCODINGS = ("auto", "int", "categorical")
+# Part of every space hash: bump it when the Optuna encoding of declared values changes, so a
+# study stored under the old encoding is refused on resume (``--new-round``) instead of misread.
+ENCODING_VERSION = "real-values-1"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class Param:
-    """One tunable knob: its name (a C++ template argument), allowed values and meaning."""
+    """One tunable knob: its name (a C++ template argument), values, meaning, Optuna encoding
+    and C++ spelling. ``Param(name, values, help)`` is the whole declaration of most knobs.
+
+    ``cpp`` maps a value to its C++ template-argument token (default ``str(int(v))``; needed for
+    string values). ``encoding``: ``int`` asks Optuna for an IntDistribution over the values
+    (they must form an arithmetic range), ``categorical`` for a CategoricalDistribution of the
+    values, ``auto`` picks ``int`` where the int values form an arithmetic range (TPE then
+    learns from neighbouring values) and ``categorical`` otherwise. Either way Optuna stores
+    the real values.
+    """
 
     name: str
     values: tuple
-    help: str
+    help: str = ""
+    cpp: Mapping[Any, str] | None = field(default=None, hash=False)
+    encoding: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"{self.name}: no values")
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"{self.name}: repeated values {list(self.values)}")
+        if not (all(_is_int(v) for v in self.values)
+                or all(isinstance(v, str) for v in self.values)):
+            raise ValueError(f"{self.name}: values must be all ints or all strings")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"{self.name}: encoding {self.encoding!r} not in {ENCODINGS}")
+        if self.encoding == "int" and self.step is None:
+            raise ValueError(f"{self.name}: encoding 'int' needs int values in an arithmetic range")
+        if self.cpp is not None and set(self.cpp) != set(self.values):
+            raise ValueError(f"{self.name}: cpp must map exactly the values {list(self.values)}")
+
+    @property
+    def kind(self) -> type:
+        """The Python type of every value (int or str)."""
+        return str if isinstance(self.values[0], str) else int
+
+    @property
+    def step(self) -> int | None:
+        """The common difference when the int values form an arithmetic range of 2+ values."""
+        if self.kind is not int or len(self.values) < 2:
+            return None
+        ordered = sorted(self.values)
+        step = ordered[1] - ordered[0]
+        if any(b - a != step for a, b in zip(ordered, ordered[1:])):
+            return None
+        return step
+
+    @property
+    def int_encoded(self) -> bool:
+        """Whether Optuna sees this knob as an IntDistribution (else categorical)."""
+        return self.encoding == "int" or (self.encoding == "auto" and self.step is not None)
+
+    def describe_encoding(self) -> str:
+        """The Optuna encoding in words, e.g. ``int 2..6 step 1`` or ``categorical``."""
+        if self.int_encoded:
+            return f"int {min(self.values)}..{max(self.values)} step {self.step}"
+        return "categorical"
+
+    def distribution(self) -> Any:
+        """The Optuna distribution over the real values (optuna is imported only here)."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        if self.int_encoded:
+            return IntDistribution(min(self.values), max(self.values), step=self.step)
+        return CategoricalDistribution(list(self.values))
+
+    def type_reason(self, value: object) -> str | None:
+        """Why ``value`` is not one of this knob's values (wrong type or not declared)."""
+        if self.kind is int and not _is_int(value):
+            return f"{self.name}={value!r} is a {type(value).__name__}, expected an int"
+        if self.kind is str and not isinstance(value, str):
+            return f"{self.name}={value!r} is a {type(value).__name__}, expected a string"
+        if value not in self.values:
+            return f"{self.name}={value!r} not in {list(self.values)}"
+        return None
+
+    def cpp_arg(self, value: Any) -> str:
+        """The C++ template-argument token of a value (string values need ``cpp``)."""
+        if self.cpp is not None:
+            return self.cpp[value]
+        if self.kind is str:
+            raise ValueError(f"{self.name}: no C++ token for {value!r} (declare cpp=)")
+        return str(int(value))
 
 
 @dataclass(frozen=True)
@@ -47,6 +156,21 @@ class Resources:
     threads: int
     regs_per_thread: int
     smem_bytes: int
+
+
+@dataclass(frozen=True)
+class CostHint:
+    """What the SIMULATED device's cost model needs of a config: the block tile, K split,
+    pipeline depth, whether shared memory is swizzled, and the family's share of the dense
+    tensor-core peak."""
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    split_k: int = 1
+    stages: int = 3
+    swizzled: bool = True
+    efficiency: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,9 +190,15 @@ class KernelTemplate:
 
     family: str = ""
     source: str = ""  # file in kernel_templates/
+    # Files under kernel_templates/ that ``source`` includes (with the template: the family's
+    # source hash). None: found by following the #includes (declare them; the compiler then
+    # refuses a source that includes an undeclared file).
+    headers: tuple[str, ...] | None = None
     kernel: str = ""  # C++ template kernel name
     min_cc: int = 80
     needs_arch_suffix: bool = False  # True where the kernel needs sm_90a-style features
+    tensor_op: str | None = None  # the SASS opcode its math must compile to (HMMA, HGMMA)
+    dtype_codes: Mapping[str, int] = {"bf16": 0, "fp16": 1}  # the kernel's first template argument
     params: tuple[Param, ...] = ()
     # Starting points every search evaluates first: overrides of default_config() that measured
     # well on real GPUs (recorded in benchmarks/results). Those check() rejects for a problem
@@ -84,6 +214,14 @@ class KernelTemplate:
         """A config that is valid for typical large problems: each param's first value."""
         return {p.name: p.values[0] for p in self.params}
 
+    def describe(self) -> list[dict[str, str]]:
+        """One row per knob as declared (name, values, default, Optuna encoding, C++ tokens,
+        help): what ``tunefw family NAME`` prints."""
+        return [{"name": p.name, "values": ", ".join(map(str, p.values)),
+                 "default": str(p.values[0]), "optuna": p.describe_encoding(),
+                 "cpp": (", ".join(f"{v}={p.cpp[v]}" for v in p.values) if p.cpp else "int"),
+                 "help": p.help} for p in self.params]
+
     def seed_configs(self) -> list[dict]:
         """The default config, then each seed applied over it (duplicates dropped)."""
         configs: list[dict] = []
@@ -94,29 +232,45 @@ class KernelTemplate:
         return configs
 
     def space_hash(self) -> str:
-        """Changes whenever a parameter or one of its values changes (resume guard)."""
-        text = json.dumps([[p.name, list(p.values)] for p in self.params])
+        """Changes whenever a parameter, one of its values or its Optuna encoding changes
+        (the resume guard)."""
+        text = json.dumps([ENCODING_VERSION] + [[p.name, list(p.values), p.describe_encoding()]
+                                                for p in self.params])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def source_hash(self) -> str:
-        """Hash of the family's CUDA sources (template + headers): part of the result reuse key."""
+    def source_paths(self, root: Path | None = None) -> list[Path]:
+        """The family's own CUDA files under ``root``: its template and its headers."""
+        root = Path(root or TEMPLATE_DIR).resolve()
+        source = root / self.source
+        if self.headers is None:
+            found = source_files(source, (root / "include", root))
+            return [source] + sorted(p for p in found[1:] if p.is_relative_to(root))
+        return [source] + [root / h for h in self.headers]
+
+    def source_hash(self, root: Path | None = None) -> str:
+        """Hash of the family's template and declared headers: the result reuse key and the
+        cubin cache key (another family's files never change it)."""
+        root = Path(root or TEMPLATE_DIR).resolve()
         digest = hashlib.sha256()
-        for path in sorted(TEMPLATE_DIR.rglob("*")):
-            if path.is_file() and path.suffix in (".cuh", ".h", ".cu"):
-                digest.update(path.relative_to(TEMPLATE_DIR).as_posix().encode())
-                digest.update(path.read_bytes())
+        for path in self.source_paths(root):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
 
     def space_reason(self, config: Config) -> str | None:
-        """Why a config is outside the declared space (missing/unknown keys, bad values)."""
+        """Why a config is outside the declared space (missing/unknown keys, wrong types, bad
+        values), naming the param, in one line."""
+        if not isinstance(config, Mapping):
+            return f"config for {self.family} is a {type(config).__name__}, expected an object"
         unknown = set(config) - set(self.param_names)
         if unknown:
-            return f"unknown parameter(s) {sorted(unknown)} for {self.family}"
+            return f"unknown parameter(s) {sorted(map(str, unknown))} for {self.family}"
         for p in self.params:
             if p.name not in config:
                 return f"missing parameter {p.name} for {self.family}"
-            if config[p.name] not in p.values:
-                return f"{p.name}={config[p.name]!r} not in {list(p.values)}"
+            reason = p.type_reason(config[p.name])
+            if reason:
+                return reason
         return None
 
     def supports(self, device: DeviceSpec) -> bool:
@@ -145,11 +299,26 @@ class KernelTemplate:
         raise NotImplementedError
 
     def template_args(self, config: Config, dtype: str) -> list[str]:
-        """The C++ template arguments, in the kernel's declared order."""
-        raise NotImplementedError
+        """The C++ template arguments: the dtype code, then each param's token in declared order
+        (the kernel's template parameter order). A config outside the space is refused."""
+        if dtype not in self.dtype_codes:
+            raise UserError(f"dtype {dtype!r}: expected one of {sorted(self.dtype_codes)}")
+        reason = self.space_reason(config)
+        if reason:
+            raise UserError(reason)
+        return [str(self.dtype_codes[dtype])] + [p.cpp_arg(config[p.name]) for p in self.params]
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         raise NotImplementedError
+
+    def cost_hint(self, config: Config) -> CostHint:
+        """The simulated cost model's view of a config. This default reads the conventional
+        knobs BM, BN, BK, SPLIT_K, STAGES and SWIZZLE where declared; a family whose knobs
+        are named otherwise overrides it."""
+        return CostHint(tile_m=config.get("BM", 128), tile_n=config.get("BN", 128),
+                        tile_k=config.get("BK", 32), split_k=config.get("SPLIT_K", 1),
+                        stages=config.get("STAGES", 3),
+                        swizzled=config.get("SWIZZLE") not in (0, "none"))
 
     def kernel_args(self, config: Config, problem: GemmProblem, ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
         """Arguments for cuLaunchKernel as (value, ctypes type or None for driver objects).

@@ -10,9 +10,7 @@ from typing import Any, Mapping
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
-from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
-
-DTYPE_CODE = {"bf16": 0, "fp16": 1}
+from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
 
 MAX_WARPS = 16
 # Largest split-K workspace (counters + fp32 partials) a config may ask for.
@@ -40,8 +38,10 @@ def counter_bytes(tiles: int) -> int:
 class MmaSm80(KernelTemplate):
     family = "mma_sm80"
     source = "mma_sm80.cuh"
+    headers = ("include/tunefw/sm80.cuh",)
     kernel = "gemm_mma_sm80"
     min_cc = 80
+    tensor_op = "HMMA"
 
     # The first value of each parameter is the default (sound for large problems).
     params = (
@@ -170,10 +170,11 @@ class MmaSm80(KernelTemplate):
         return None
 
     # ---- compile and launch ---------------------------------------------------------------------
-    def template_args(self, config: Config, dtype: str) -> list[str]:
-        if dtype not in DTYPE_CODE:
-            raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPE_CODE)}")
-        return [str(DTYPE_CODE[dtype])] + [str(int(config[p.name])) for p in self.params]
+    def cost_hint(self, config: Config) -> CostHint:
+        """The simulated device's view: the block tile; mma.sync reaches 0.47 of the peak."""
+        return CostHint(tile_m=config["BM"], tile_n=config["BN"], tile_k=config["BK"],
+                        split_k=config["SPLIT_K"], stages=config["STAGES"],
+                        swizzled=config["SWIZZLE"] == 1, efficiency=0.47)
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         tm, tn = self.grid_tiles(config, problem)

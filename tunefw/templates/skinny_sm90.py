@@ -12,9 +12,8 @@ from typing import Any, Mapping
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
-from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
+from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
 
-DTYPE_CODE = {"bf16": 0, "fp16": 1}
 # Register estimate: accumulators + the PF steps of loads in flight + REG_OVERHEAD (indices,
 # pointers, predicates). ptxas needs up to ~25% more than this (row pointers, the DSMEM
 # epilogue), so a config must estimate under REG_MARGIN of the registers its OCC CTAs per SM
@@ -47,8 +46,10 @@ def m_tiles_needed(m: int) -> int:
 class SkinnySm90(KernelTemplate):
     family = "skinny_sm90"
     source = "skinny_sm90.cuh"
+    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh")
     kernel = "gemm_skinny_sm90"
     min_cc = 90  # thread-block clusters and DSMEM
+    tensor_op = "HMMA"
 
     params = (
         Param("BN", (32, 16, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles"),
@@ -122,10 +123,11 @@ class SkinnySm90(KernelTemplate):
         return None
 
     # ---- compile and launch ---------------------------------------------------------------------
-    def template_args(self, config: Config, dtype: str) -> list[str]:
-        if dtype not in DTYPE_CODE:
-            raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPE_CODE)}")
-        return [str(DTYPE_CODE[dtype])] + [str(int(config[p.name])) for p in self.params]
+    def cost_hint(self, config: Config) -> CostHint:
+        """The simulated device's view: a BN x 8*MTILES tile split over CK CTAs; mma.sync on
+        an 8-wide side reaches little of the peak (decode shapes are memory-bound anyway)."""
+        return CostHint(tile_m=8 * config["MTILES"], tile_n=config["BN"], tile_k=32 * config["KV"],
+                        split_k=config["CK"], stages=config["PF"] + 1, efficiency=0.4)
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         ck = config["CK"]

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
-from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resources
+from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
 
 THREADS = 384  # producer warpgroup + two consumer warpgroups
 REGS_AT_LAUNCH = 168  # __launch_bounds__(384, 1): 65536 / 384 rounded down to 8
@@ -31,10 +31,10 @@ ALIGN_SLACK = 1024  # the kernel aligns its dynamic shared memory to 1024 bytes
 TMA_BOX_MAX = 256
 MAX_CLUSTER = 8  # portable cluster size
 
-SCHEDULES = {"cooperative": 0, "pingpong": 1}
-RASTERS = {"m": 0, "n": 1}
-EPILOGUES = {"direct": 0, "tma": 1, "tma_overlap": 2}
-DTYPE_CODE = {"bf16": 0, "fp16": 1}
+# C++ tokens of the string-valued knobs (the kernel's template arguments are ints).
+SCHEDULES = {"cooperative": "0", "pingpong": "1"}
+RASTERS = {"m": "0", "n": "1"}
+EPILOGUES = {"direct": "0", "tma": "1", "tma_overlap": "2"}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -44,8 +44,10 @@ def _cdiv(a: int, b: int) -> int:
 class WgmmaSm90(KernelTemplate):
     family = "wgmma_sm90"
     source = "wgmma_sm90.cuh"
+    headers = ("include/tunefw/sm90.cuh",)
     kernel = "gemm_wgmma_sm90"
     min_cc = 90
+    tensor_op = "HGMMA"
     needs_arch_suffix = True
 
     params = (
@@ -65,11 +67,13 @@ class WgmmaSm90(KernelTemplate):
         Param("CLUSTER_N", (1, 2), "CTAs of a cluster along N (they share and multicast A)"),
         Param("SCHEDULE", ("cooperative", "pingpong"),
               "cooperative: both consumer warpgroups split one tile along M; pingpong: each "
-              "consumer owns alternate tiles, one's epilogue overlapping the other's main loop"),
+              "consumer owns alternate tiles, one's epilogue overlapping the other's main loop",
+              cpp=SCHEDULES),
         Param("PERSISTENT", (1, 0),
               "1: grid sized to the SMs, clusters loop over tiles; 0: one tile per cluster "
               "(ping-pong: two, one per consumer)"),
-        Param("RASTER", ("m", "n"), "tile order: M fastest (bands of GROUP along M) or N fastest"),
+        Param("RASTER", ("m", "n"), "tile order: M fastest (bands of GROUP along M) or N fastest",
+              cpp=RASTERS),
         Param("GROUP", (8, 4, 16, 1, 2), "band width of the tile raster, in cluster tiles"),
         Param("SPLIT_K", (1, 2, 4, 8),
               "K split across CTAs; fp32 partials in the workspace, the last split reduces in "
@@ -77,7 +81,8 @@ class WgmmaSm90(KernelTemplate):
         Param("EPILOGUE", ("tma", "direct", "tma_overlap"),
               "tma: registers -> swizzled shared memory -> TMA store; direct: guarded global "
               "stores; tma_overlap (cooperative, no split-K): the tile is packed to 16 bits in "
-              "registers and TMA-stored while the next tile's first wgmma group runs"),
+              "registers and TMA-stored while the next tile's first wgmma group runs",
+              cpp=EPILOGUES),
     )
 
     # Starting points: the confirmed winner of every public-suite shape in the round-2 H200 sweep
@@ -228,13 +233,11 @@ class WgmmaSm90(KernelTemplate):
         return Resources(threads=THREADS, regs_per_thread=REGS_AT_LAUNCH,
                          smem_bytes=self.smem_bytes(config))
 
-    def template_args(self, config: Config, dtype: str) -> list[str]:
-        return [str(v) for v in (
-            DTYPE_CODE[dtype], config["BM"], config["BN"], config["BK"], config["STAGES"],
-            config["SWIZZLE"], config["CLUSTER_M"], config["CLUSTER_N"],
-            SCHEDULES[config["SCHEDULE"]], config["PERSISTENT"], RASTERS[config["RASTER"]],
-            config["GROUP"], config["SPLIT_K"], EPILOGUES[config["EPILOGUE"]],
-        )]
+    def cost_hint(self, config: Config) -> CostHint:
+        """The simulated device's view: the CTA tile (always swizzled); 0.86 of the peak."""
+        return CostHint(tile_m=config["BM"], tile_n=config["BN"], tile_k=config["BK"],
+                        split_k=config["SPLIT_K"], stages=config["STAGES"], swizzled=True,
+                        efficiency=0.86)
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         cm, cn = config["CLUSTER_M"], config["CLUSTER_N"]

@@ -1,0 +1,95 @@
+"""The private Optuna hooks tunefw relies on (no public API exists for them): each test here fails
+loudly if one disappears or changes meaning, instead of the search silently losing behaviour.
+The optuna version range they were checked on is pinned in pyproject.toml."""
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from conftest import REPO
+from tunefw.sampling import ScreenedTPE, forget_cached_trials
+
+PACKAGE = REPO / "tunefw"
+
+
+def test_tpe_still_has_the_acquisition_hook_the_screen_overrides():
+    hook = optuna.samplers.TPESampler._compute_acquisition_func
+    assert list(inspect.signature(hook).parameters) == ["self", "samples", "mpe_below", "mpe_above"]
+
+
+def test_the_screen_decides_which_candidate_tpe_proposes():
+    sampler = ScreenedTPE(seed=0, n_startup_trials=2, multivariate=True, constant_liar=False)
+    calls = []
+
+    def only_seven(samples):
+        calls.append(len(samples["x"]))
+        return samples["x"] == 7  # internal repr of an IntDistribution: the value itself
+
+    sampler.screen = only_seven
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: float(t.suggest_int("x", 0, 9) == 3), n_trials=12)
+    after_startup = [t.params["x"] for t in study.trials[2:]]
+    assert calls and after_startup == [7] * len(after_startup)
+
+
+def test_a_study_still_caches_its_trials_and_forgetting_refreshes_them():
+    study = optuna.create_study()
+    dist = {"x": optuna.distributions.IntDistribution(0, 3)}
+    study.add_trial(optuna.trial.create_trial(params={"x": 1}, distributions=dist, value=1.0))
+    assert len(study._get_trials(deepcopy=False, use_cache=True)) == 1
+    study.add_trial(optuna.trial.create_trial(params={"x": 2}, distributions=dist, value=2.0))
+    assert len(study._get_trials(deepcopy=False, use_cache=True)) == 1  # the stale cache
+    forget_cached_trials(study)
+    assert len(study._get_trials(deepcopy=False, use_cache=True)) == 2
+
+
+def test_the_installed_optuna_is_inside_the_tested_range():
+    tomllib = pytest.importorskip("tomllib")
+    Requirement = pytest.importorskip("packaging.requirements").Requirement
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    optuna_req = next(Requirement(d) for d in deps if Requirement(d).name == "optuna")
+    assert any(s.operator == "<" for s in optuna_req.specifier), "optuna needs an upper bound"
+    assert optuna_req.specifier.contains(version("optuna"))
+
+
+def test_private_optuna_attributes_are_used_only_behind_the_pinned_hooks():
+    private = re.compile(r"\._(storage|study_id|thread_local)\b")
+    users = sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+                   if private.search(p.read_text()))
+    assert users == ["tunefw/sampling.py"]
+
+
+def test_no_import_cycle_among_tunefw_modules():
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):  # function-level imports included
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tunefw"):
+                deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("tunefw")}
+        graph[name] = deps
+    cycles, state = [], {}
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for dep in sorted(graph[module] & set(graph)):
+            if state.get(dep) == "open":
+                cycles.append(stack[stack.index(dep):] + [module, dep])
+            elif dep not in state:
+                visit(dep, stack + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert cycles == []
+    assert "tunefw.search" not in graph["tunefw.sampler_host"]

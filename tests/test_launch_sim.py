@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO, run_cli
+from conftest import REPO, invoke_cli, run_cli, seed_study
 
 pytestmark = pytest.mark.slow
 
@@ -286,19 +286,18 @@ def _count_ok(db_url):
 
 
 def test_export_refuses_mixed_devices_unless_allowed(db_url, tmp_path):
-    study = _study_file(tmp_path, name="m", trials=3, shapes=("256x256x256", "512x512x512"))
-    assert run_cli("study", "create", "m", "--from", str(study), db=db_url).returncode == 0
-    assert run_cli("launch", "m", "--gpus", "2", "--backend", "sim", db=db_url).returncode == 0
-    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))  # one winner measured elsewhere
-    con.execute("""UPDATE tunefw_trial SET fingerprint = json_set(fingerprint, '$.name', 'OTHER'),
-                   fingerprint_key = 'other' WHERE id = (SELECT trial_id FROM tunefw_winner
-                   ORDER BY problem_id LIMIT 1)""")
-    con.commit()
-    con.close()
+    """Rows written directly (no launch): one problem's winner was measured on another device."""
+    from tunefw.evaluate.sim import sim_fingerprint
+    other = dict(sim_fingerprint(), name="OTHER")
+    seed_study(db_url, "m", ("256x256x256", "512x512x512"), trials=3, fingerprints={0: other})
     out = tmp_path / "d.json"
-    refused = run_cli("export", str(out), "--study", "m", db=db_url)
+    refused = invoke_cli("export", str(out), "--study", "m", db=db_url)
     assert refused.returncode != 0 and not out.exists()
-    assert "--allow-mixed-devices" in refused.stderr.strip().splitlines()[0]
-    allowed = run_cli("export", str(out), "--study", "m", "--allow-mixed-devices", db=db_url)
+    assert refused.stderr.strip().splitlines() == [
+        "tunefw: error: study 'm' mixes results from 2 devices (OTHER, SIMULATED NVIDIA H200): "
+        "pass --allow-mixed-devices to export anyway"]
+    allowed = invoke_cli("export", str(out), "--study", "m", "--allow-mixed-devices", db=db_url)
     assert allowed.returncode == 0, allowed.stderr
-    assert len(json.loads(out.read_text())["fingerprint"]["mixed"]) == 2
+    table = json.loads(out.read_text())
+    assert [fp["name"] for fp in table["fingerprint"]["mixed"]] == ["OTHER", "SIMULATED NVIDIA H200"]
+    assert [(e["M"], e["tflops"]) for e in table["entries"]] == [(256, 120.0), (512, 120.0)]

@@ -34,6 +34,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cubin_cache(tmp_path_factory) -> Iterator[Path]:
+    """One cubin cache for the session (and the CLI processes it starts): a kernel two tests
+    build is built once, and no run reads a cache an earlier run (or a user) left warm."""
+    path = tmp_path_factory.mktemp("cubin-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNEFW_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tunefw.db'}"

@@ -127,12 +127,12 @@ def test_study_create_show_json_and_delete(db_url, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, arch", [("mma_sm80", "sm_80"), ("wgmma_sm90", "sm_90a")])
-def test_compile_sample_of_20_passes_the_sass_check(tmp_path, family, arch):
-    result = run_cli("compile", family, "--arch", arch, "--sample", "20", "--check-sass",
+def test_compile_sample_passes_the_sass_check(tmp_path, family, arch):
+    result = run_cli("compile", family, "--arch", arch, "--sample", "6", "--check-sass",
                      "--cache-dir", str(tmp_path), timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
-    assert "20 ok, 0 failed of 20" in result.stdout
-    assert sum(line.startswith("ok ") for line in result.stdout.splitlines()) == 20
+    assert "6 ok, 0 failed of 6" in result.stdout
+    assert sum(line.startswith("ok ") for line in result.stdout.splitlines()) == 6
 
 
 def test_failing_compile_command_exits_non_zero(tmp_path):

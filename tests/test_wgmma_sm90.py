@@ -323,7 +323,7 @@ def test_estimates_agree_with_the_compiler(pool):
     rng = random.Random(7)
     space = list(T.iter_space())
     rng.shuffle(space)
-    picked = [c for c in space if T.check(c, BIG, H200) is None][:10]
+    picked = [c for c in space if T.check(c, BIG, H200) is None][:5]  # ~3 s a build
     results = compile_all(pool, picked)
     for c, r in zip(picked, results):
         assert r.ok, (c, r.log[-2000:])

@@ -1,11 +1,16 @@
-"""Shared fixtures: an isolated database per test, the CLI as a subprocess, GPU skipping."""
+"""Shared fixtures: an isolated database per test, the CLI in-process (Typer's CliRunner) or as a
+subprocess where the process itself is tested, GPU skipping."""
 from __future__ import annotations
 
 import os
 import sqlite3
 import subprocess
 import sys
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -29,6 +34,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cubin_cache(tmp_path_factory) -> Iterator[Path]:
+    """One cubin cache for the session (and the CLI processes it starts): a kernel two tests
+    build is built once, and no run reads a cache an earlier run (or a user) left warm."""
+    path = tmp_path_factory.mktemp("cubin-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNEFW_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tunefw.db'}"
@@ -46,6 +61,45 @@ def run_cli(*args: str, db: str | None = None, env: dict | None = None, cwd: Pat
                           text=True, env=full_env, cwd=cwd or REPO, timeout=timeout)
 
 
+@dataclass
+class CliResult:
+    """What a CLI run left: the exit code and both streams (like subprocess.CompletedProcess)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def invoke_cli(*args: str, db: str | None = None, env: dict | None = None,
+               cwd: Path | None = None) -> CliResult:
+    """Run `tunefw ARGS` in this process through the real entry point (`tunefw.cli.main`, which
+    turns every error into one stderr line and an exit code), its streams and environment
+    captured by Typer's CliRunner. For commands that start no Ray and no signals: seconds
+    faster than a subprocess, which pays the interpreter and the imports each time."""
+    from typer.testing import CliRunner
+
+    from tunefw.cli import main
+
+    full_env: dict[str, str | None] = {"TUNEFW_DB": db}
+    full_env.update(env or {})
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    with CliRunner().isolation(env=full_env) as streams:
+        sys.argv = ["tunefw", *args]
+        os.chdir(cwd or REPO)
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout.flush()  # print() output sits in the text wrapper until flushed
+            sys.stderr.flush()
+            sys.argv = old_argv
+            os.chdir(old_cwd)
+        stdout, stderr = streams[0].getvalue(), streams[1].getvalue()
+    return CliResult(code, stdout.decode(), stderr.decode())
+
+
 @pytest.fixture
 def cli():
     return run_cli
@@ -61,3 +115,95 @@ def db_dump(url: str) -> list[str]:
         return list(con.iterdump())
     finally:
         con.close()
+
+
+# ---- storage backends: SQLite always, PostgreSQL where CI (or you) started a server -------------
+POSTGRES_ENV = "TUNEFW_TEST_POSTGRES_URL"
+
+
+@contextmanager
+def fresh_postgres_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on the server of ``server_url`` for one test, dropped after it.
+    A set but unreachable server fails the test: it never turns into a skip."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    name = f"tunefw_t_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.fail(f"${POSTGRES_ENV}={server_url} is set but the server cannot be used: "
+                    f"{str(exc).splitlines()[0]}", pytrace=False)
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> Iterator[str]:
+    """An empty database URL on each backend the storage contract runs over."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'contract.db'}"
+        return
+    server = os.environ.get(POSTGRES_ENV)
+    if not server:
+        pytest.skip(f"${POSTGRES_ENV} is not set, so no PostgreSQL server to run the storage "
+                    "contract on (.ci/run starts one and sets it)")
+    with fresh_postgres_database(server) as url:
+        yield url
+
+
+# ---- rows made directly (where a Ray launch is not what a test is about) ------------------------
+def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
+               fingerprints: dict[int, dict] | None = None) -> list[int]:
+    """A study as a finished SIMULATED launch leaves it, written through the store API: per
+    problem ``trials`` evaluated rows (OK with rising ratios, one WRONG_ANSWER), one INVALID row,
+    and a confirmed winner (its best); ``fingerprints`` overrides the fingerprint of the
+    problem at that index. Returns the winners' trial ids."""
+    from tunefw.evaluate.outcome import Outcome, Status
+    from tunefw.evaluate.sim import sim_fingerprint
+    from tunefw.search import config_key
+    from tunefw.store import open_store
+    from tunefw.store import queries as q
+    from tunefw.study import parse_study
+    from tunefw.templates import FAMILIES
+
+    family = FAMILIES["mma_sm80"]
+    configs = family.seed_configs()
+    spec = parse_study({"name": name, "trials": trials, "problems": list(shapes)}, "seed_study")
+    store = open_store(db_url)
+    winners = []
+    with store.session() as s:
+        study = q.create_study(s, spec)
+        study.fingerprint, study.backend = sim_fingerprint(), "sim"
+        study.stats = {"simulated": True, "trials": trials * len(shapes)}
+        for i, problem in enumerate(study.problems):
+            fp = (fingerprints or {}).get(i, sim_fingerprint())
+            invalid = dict(configs[0], BM=999)
+            q.record_trial(s, study, problem, family.family, invalid,
+                           config_key(family.family, invalid),
+                           Outcome(Status.INVALID, log="BM=999: not a declared value"), "", None)
+            rows = []
+            assert trials <= len(configs), "one distinct seed config per row"
+            for n in range(trials):
+                config = configs[n % len(configs)]
+                outcome = (Outcome(Status.WRONG_ANSWER, log="1 rows over their limit",
+                                   fingerprint=fp, gpu="0", evaluator="sim") if n == 1 else
+                           Outcome(Status.OK, median_ms=1.0, min_ms=0.9, iqr_ms=0.01,
+                                   tflops=100.0 + 10 * n, rel_err=1e-3, cublas_tflops=150.0,
+                                   fingerprint=fp, gpu=str(n % 2), evaluator="sim"))
+                rows.append(q.record_trial(s, study, problem, family.family, config,
+                                           config_key(family.family, config), outcome, "src",
+                                           n))
+            best = q.best_trial(s, problem, study.round)
+            q.set_winner(s, problem, best, best.tflops, best.cublas_tflops, confirmed=True)
+            winners.append(best.id)
+    store.close()
+    return winners

@@ -17,3 +17,21 @@ def kernel_text(cubin: bytes, lowered: str) -> bytes:
         if cubin[stroff + name:end].decode() == f".text.{lowered}":
             return cubin[off:off + size]
     raise AssertionError(f".text.{lowered} not in cubin")
+
+
+def sass_instructions(cubin: bytes) -> list[str]:
+    """Every SASS instruction's full mnemonic with its modifiers and shape, e.g.
+    'HGMMA.64x256x16.F32.BF16' (tunefw.compiler.sass_opcodes stops at the lower-case 'x')."""
+    import re
+    import subprocess
+    import tempfile
+
+    from tunefw.compiler import cuobjdump_path
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run([cuobjdump_path(), "-sass", f.name], capture_output=True,
+                              text=True, timeout=120, check=True)
+    return re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)",
+                      proc.stdout, re.MULTILINE)

@@ -44,8 +44,6 @@ def test_sampled_configs_compile_then_hit_the_cache(tmp_path: Path, family: str,
     assert len(first_lines) == len(second_lines) == 2
     assert all("compiled" in line for line in first_lines)
     assert all("cached" in line for line in second_lines)
-    ms = lambda lines: sum(float(re.search(r"([\d.]+) ms", line).group(1)) for line in lines)
-    assert ms(second_lines) * 10 <= ms(first_lines)
     assert "2 cache hit(s)" in second
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -32,22 +31,16 @@ def test_kernel_compiles_to_a_cubin_with_its_resources(tmp_path: Path, arch: str
 
 
 def test_second_compile_is_a_cache_hit_without_a_worker(tmp_path: Path, monkeypatch) -> None:
-    start = time.perf_counter()
     first = _compile({"fault": "wrong_result"}, tmp_path)
-    first_s = time.perf_counter() - start
 
     def no_worker(*args, **kwargs):
         raise AssertionError("a cache hit must not start a compiler process")
 
     monkeypatch.setattr(compiler, "_Worker", no_worker)
-    start = time.perf_counter()
     second = _compile({"fault": "wrong_result"}, tmp_path)
-    second_s = time.perf_counter() - start
     assert second.cached and not first.cached
     assert (second.cubin, second.lowered_name, second.regs, second.key) == (
         first.cubin, first.lowered_name, first.regs, first.key)
-    assert second_s * 10 <= first_s
-    assert second.seconds * 10 <= first.seconds
 
 
 def test_cache_entry_is_a_cubin_and_its_metadata(tmp_path: Path) -> None:
@@ -95,13 +88,11 @@ def test_broken_template_is_a_compile_error_with_its_log(tmp_path: Path) -> None
 
 def test_endless_compile_times_out_and_the_pool_keeps_working(tmp_path: Path) -> None:
     with CompilePool(1, cache_dir=tmp_path, source_dir=FAULT_DIR, timeout_s=60) as pool:
-        start = time.perf_counter()
         hung = pool.submit(HangingCompileTemplate(), {"x": 30}, "bf16", "sm_80", timeout_s=1.5)
         after = pool.submit(FAULT, {"fault": "oob_write"}, "bf16", "sm_80")
         assert hung.result().status == Status.COMPILE_TIMEOUT
         assert "exceeded 1.5 s" in hung.result().log
         assert after.result().status == Status.OK
-        assert time.perf_counter() - start < 20
     retry = compile_kernel(HangingCompileTemplate(), {"x": 30}, "bf16", "sm_80", cache_dir=tmp_path,
                            source_dir=FAULT_DIR, timeout_s=1.0)
     assert retry.status == Status.COMPILE_TIMEOUT and not retry.cached  # timeouts are not cached

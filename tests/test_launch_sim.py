@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO, run_cli
+from conftest import REPO, invoke_cli, run_cli, seed_study
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def _rows(db_url, sql):
 
 def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     study = _study_file(tmp_path, trials=8)
-    assert run_cli("study", "create", "q", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "q", "--from", str(study), db=db_url).returncode == 0
     # two sampler processes, one per problem, each asked by its own thread
     launched = run_cli("launch", "q", "--gpus", "8", "--backend", "sim", db=db_url,
                        env={"TUNEFW_SAMPLER_PROCESSES": "2"})
@@ -50,7 +50,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     assert re.search(r"trial \d+ \S+ OK [\d.]+ TFLOP/s [\d.]+x cuBLAS gpu", launched.stdout)
     gpus = {g for (g,) in _rows(db_url, "SELECT gpu FROM tunefw_trial WHERE status='OK'")}
     assert len(gpus) >= 4 and gpus <= {str(i) for i in range(8)}
-    shown = json.loads(run_cli("study", "show", "q", "--json", db=db_url).stdout)
+    shown = json.loads(invoke_cli("study", "show", "q", "--json", db=db_url).stdout)
     for p in shown["problems"]:
         assert p["evaluated"] == 8 and p["best"]["confirmed"] is True
         assert p["best"]["tflops"] > 0 and p["outcomes"]["OK"] == p["ok"]
@@ -63,7 +63,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
     assert set(stats["mean_depth"]) == {"ready", "compiling", "pending"}
     assert stats["sampler_processes"] == 2
     out = tmp_path / "dispatch.json"
-    exported = run_cli("export", str(out), "--study", "q", db=db_url)
+    exported = invoke_cli("export", str(out), "--study", "q", db=db_url)
     assert exported.returncode == 0, exported.stderr
     table = json.loads(out.read_text())
     assert table["simulated"] is True and table["schema_version"] == 2
@@ -91,7 +91,7 @@ def _told_the_ratios(db_url, durable, problem_id):
 def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
     faults = {"crash": 0.12, "hang": 0.08, "wrong": 0.15, "compile_error": 0.12}
     study = _study_file(tmp_path, trials=14, timeout_s=2, faults=faults)
-    assert run_cli("study", "create", "f", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "f", "--from", str(study), db=db_url).returncode == 0
     launched = run_cli("launch", "f", "--gpus", "4", "--backend", "sim", db=db_url, timeout=600)
     assert launched.returncode == 0, launched.stderr
     statuses = {s for (s,) in _rows(db_url, "SELECT status FROM tunefw_trial")}
@@ -101,7 +101,7 @@ def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
     assert "undefined_symbol_for_fault_injection" in logs["COMPILE_ERROR"]  # a real compiler log
     assert "rows over their limit" in logs["WRONG_ANSWER"]  # the real verifier's verdict
     assert "WORKER_LOST" in logs["RUNTIME_CRASH"]
-    shown = json.loads(run_cli("study", "show", "f", "--json", db=db_url).stdout)
+    shown = json.loads(invoke_cli("study", "show", "f", "--json", db=db_url).stdout)
     assert shown["stats"]["restarts"] >= 2
     for p in shown["problems"]:
         assert p["evaluated"] == 14
@@ -112,7 +112,7 @@ def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
 
 def test_kill_minus_nine_then_resume(db_url, tmp_path):
     study = _study_file(tmp_path, trials=12, trial_seconds=0.4)
-    assert run_cli("study", "create", "k", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "k", "--from", str(study), db=db_url).returncode == 0
     env = dict(os.environ, TUNEFW_DB=db_url)
     proc = subprocess.Popen([sys.executable, "-m", "tunefw", "launch", "k", "--gpus", "2",
                              "--backend", "sim"], cwd=REPO, env=env, start_new_session=True,
@@ -162,7 +162,7 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
     assert started.returncode == 0, started.stderr
     try:
         study = _study_file(tmp_path, name="r", trials=4, shapes=("256x256x256",))
-        assert run_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
+        assert invoke_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
         launched = run_cli("launch", "r", "--gpus", "2", "--backend", "sim",
                            "--address", f"127.0.0.1:{port}", db=db_url, env=env)
         assert launched.returncode == 0, launched.stderr
@@ -175,7 +175,7 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
         # Without --address a launch starts a Ray of its own, even with this head running
         # (plain ray.init() joined it, then refused num_gpus).
         study = _study_file(tmp_path, name="own", trials=2, shapes=("256x256x256",))
-        assert run_cli("study", "create", "own", "--from", str(study), db=db_url).returncode == 0
+        assert invoke_cli("study", "create", "own", "--from", str(study), db=db_url).returncode == 0
         own = run_cli("launch", "own", "--gpus", "4", "--backend", "sim", db=db_url, env=env)
         assert own.returncode == 0, own.stderr
     finally:
@@ -184,7 +184,7 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
 
 def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path):
     study = _study_file(tmp_path, name="t", trials=10, trial_seconds=0.5, shapes=("512x512x512",))
-    assert run_cli("study", "create", "t", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "t", "--from", str(study), db=db_url).returncode == 0
     first = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", "--time-limit", "2",
                     db=db_url)
     assert first.returncode == 0, first.stderr
@@ -203,7 +203,7 @@ def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path)
 
 def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
     study = _study_file(tmp_path, name="g", trials=3, shapes=("256x256x256",))
-    assert run_cli("study", "create", "g", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "g", "--from", str(study), db=db_url).returncode == 0
     assert run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("""UPDATE tunefw_study SET fingerprint = json_set(fingerprint, '$.name',
@@ -244,10 +244,10 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
 
 def test_a_second_study_reuses_stored_measurements(db_url, tmp_path):
     first = _study_file(tmp_path, name="a", trials=4, shapes=("256x256x256",))
-    assert run_cli("study", "create", "a", "--from", str(first), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "a", "--from", str(first), db=db_url).returncode == 0
     assert run_cli("launch", "a", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
     second = _study_file(tmp_path, name="b", trials=4, shapes=("256x256x256",))
-    assert run_cli("study", "create", "b", "--from", str(second), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "b", "--from", str(second), db=db_url).returncode == 0
     assert run_cli("launch", "b", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
     reused = _rows(db_url, "SELECT t.config_key, t.tflops, o.config_key, o.tflops FROM "
                            "tunefw_trial t JOIN tunefw_trial o ON o.id = t.reused_from")
@@ -258,7 +258,7 @@ def test_a_second_study_reuses_stored_measurements(db_url, tmp_path):
 def test_ctrl_c_stops_cleanly(db_url, tmp_path):
     study = _study_file(tmp_path, name="c", trials=20, trial_seconds=0.5,
                         shapes=("512x512x512",))
-    assert run_cli("study", "create", "c", "--from", str(study), db=db_url).returncode == 0
+    assert invoke_cli("study", "create", "c", "--from", str(study), db=db_url).returncode == 0
     env = dict(os.environ, TUNEFW_DB=db_url)
     proc = subprocess.Popen([sys.executable, "-m", "tunefw", "launch", "c", "--gpus", "1",
                              "--backend", "sim"], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -286,19 +286,18 @@ def _count_ok(db_url):
 
 
 def test_export_refuses_mixed_devices_unless_allowed(db_url, tmp_path):
-    study = _study_file(tmp_path, name="m", trials=3, shapes=("256x256x256", "512x512x512"))
-    assert run_cli("study", "create", "m", "--from", str(study), db=db_url).returncode == 0
-    assert run_cli("launch", "m", "--gpus", "2", "--backend", "sim", db=db_url).returncode == 0
-    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))  # one winner measured elsewhere
-    con.execute("""UPDATE tunefw_trial SET fingerprint = json_set(fingerprint, '$.name', 'OTHER'),
-                   fingerprint_key = 'other' WHERE id = (SELECT trial_id FROM tunefw_winner
-                   ORDER BY problem_id LIMIT 1)""")
-    con.commit()
-    con.close()
+    """Rows written directly (no launch): one problem's winner was measured on another device."""
+    from tunefw.evaluate.sim import sim_fingerprint
+    other = dict(sim_fingerprint(), name="OTHER")
+    seed_study(db_url, "m", ("256x256x256", "512x512x512"), trials=3, fingerprints={0: other})
     out = tmp_path / "d.json"
-    refused = run_cli("export", str(out), "--study", "m", db=db_url)
+    refused = invoke_cli("export", str(out), "--study", "m", db=db_url)
     assert refused.returncode != 0 and not out.exists()
-    assert "--allow-mixed-devices" in refused.stderr.strip().splitlines()[0]
-    allowed = run_cli("export", str(out), "--study", "m", "--allow-mixed-devices", db=db_url)
+    assert refused.stderr.strip().splitlines() == [
+        "tunefw: error: study 'm' mixes results from 2 devices (OTHER, SIMULATED NVIDIA H200): "
+        "pass --allow-mixed-devices to export anyway"]
+    allowed = invoke_cli("export", str(out), "--study", "m", "--allow-mixed-devices", db=db_url)
     assert allowed.returncode == 0, allowed.stderr
-    assert len(json.loads(out.read_text())["fingerprint"]["mixed"]) == 2
+    table = json.loads(out.read_text())
+    assert [fp["name"] for fp in table["fingerprint"]["mixed"]] == ["OTHER", "SIMULATED NVIDIA H200"]
+    assert [(e["M"], e["tflops"]) for e in table["entries"]] == [(256, 120.0), (512, 120.0)]

@@ -1,12 +1,12 @@
-"""`tunefw report`: the HTML page of a simulated study has its plots and tables."""
+"""`tunefw report`: the HTML page of a simulated study has its plots and tables.
+
+The study's rows are written directly (conftest.seed_study): the report reads rows, and the
+launches that make them are tested in test_launch_sim.py."""
 from html.parser import HTMLParser
 
 import pytest
-import yaml
 
-from conftest import run_cli
-
-pytestmark = pytest.mark.slow
+from conftest import invoke_cli, seed_study
 SHAPES = ("1024x1024x1024", "128x6144x4096")
 
 
@@ -48,14 +48,9 @@ class _Page(HTMLParser):
 
 
 def test_report_of_a_simulated_study(tmp_path, db_url):
-    study = {"name": "r", "trials": 5, "timeout_s": 20, "problems": [{"shape": s} for s in SHAPES],
-             "sim": {"trial_seconds": 0.02}}
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump(study))
-    assert run_cli("study", "create", "r", "--from", str(tmp_path / "r.yaml"), db=db_url).returncode == 0
-    launched = run_cli("launch", "r", "--gpus", "2", "--backend", "sim", db=db_url)
-    assert launched.returncode == 0, launched.stderr
+    winner_ids = seed_study(db_url, "r", SHAPES, trials=5)
     page = tmp_path / "report.html"
-    made = run_cli("report", "r", "--html", str(page), db=db_url)
+    made = invoke_cli("report", "r", "--html", str(page), db=db_url)
     assert made.returncode == 0, made.stderr
     assert "(SIMULATED)" in made.stdout
     parsed = _Page()
@@ -69,13 +64,16 @@ def test_report_of_a_simulated_study(tmp_path, db_url):
     assert all(row[-1] == "5" for row in outcomes[1:])
     winners = parsed.tables["winners"]
     assert {row[0] for row in winners[1:]} == labels
-    assert all(float(row[3]) > 0 and row[6] == "True" for row in winners[1:])
+    assert winners[0] == ["problem", "family", "config", "TFLOP/s", "cuBLAS TFLOP/s", "ratio",
+                          "confirmed", "trial"]
+    assert [(float(r[3]), float(r[4]), r[5], r[6], int(r[7])) for r in winners[1:]] == [
+        (140.0, 150.0, "0.933", "True", trial_id) for trial_id in winner_ids]
     device = dict(parsed.tables["device"][1:])
     assert device["name"] == "SIMULATED NVIDIA H200"
 
 
 def test_report_errors_are_one_line(tmp_path, db_url):
-    missing = run_cli("report", "nope", "--html", str(tmp_path / "x.html"), db=db_url)
+    missing = invoke_cli("report", "nope", "--html", str(tmp_path / "x.html"), db=db_url)
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.html").exists()
 
@@ -86,7 +84,7 @@ def test_bench_without_a_gpu_is_one_line(tmp_path, db_url):
         pytest.skip("this machine has a GPU")
     table = tmp_path / "d.json"
     table.write_text('{"schema_version": 1, "simulated": true, "fingerprint": {}, "entries": []}')
-    ran = run_cli("bench", str(table), db=db_url)
+    ran = invoke_cli("bench", str(table), db=db_url)
     assert ran.returncode == 1
     assert ran.stderr.strip() == "tunefw: error: tunefw bench needs a CUDA GPU (none is visible)"
 

@@ -155,10 +155,31 @@ def test_op_is_registered_and_has_fake_shapes(global_table):
     torch.library.opcheck(torch.ops.tunefw.gemm.default, (torch.randn(8, 16), torch.randn(24, 16)))
 
 
-def test_op_under_torch_compile_on_cpu_falls_back(global_table):
+def test_op_under_torch_compile_is_one_node_served_by_the_dispatcher(global_table, monkeypatch):
+    """torch.compile keeps tunefw::gemm as one op of a single graph (fullgraph, through the fake
+    implementation), the compiled call reaches the table's Dispatcher, and C = 2 * A.B^T."""
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    dispatcher, served = ops.get_dispatcher(), []
+    real_gemm = dispatcher.gemm
+    monkeypatch.setattr(dispatcher, "gemm",
+                        lambda a, b: served.append((tuple(a.shape), tuple(b.shape))) or real_gemm(a, b))
+    torch.manual_seed(0)
     a, b = torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(48, 64, dtype=torch.bfloat16)
-    compiled = torch.compile(lambda a, b: tunefw.gemm(a, b) * 2, backend="eager", fullgraph=True)
-    assert torch.equal(compiled(a, b), torch.matmul(a, b.t()) * 2)
+    compiled = torch.compile(lambda a, b: tunefw.gemm(a, b) * 2, backend=recording_backend,
+                             fullgraph=True)
+    c = compiled(a, b)
+    (graph,) = graphs
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert sum(t in (torch.ops.tunefw.gemm, torch.ops.tunefw.gemm.default) for t in targets) == 1
+    assert served == [((32, 64), (48, 64))]
+    assert (c.shape, c.dtype) == ((32, 48), torch.bfloat16)
+    reference = 2 * (a.double() @ b.double().T)
+    torch.testing.assert_close(c.double(), reference, rtol=2e-2, atol=2e-1)
 
 
 def test_linear_is_a_drop_in_for_nn_linear(global_table):

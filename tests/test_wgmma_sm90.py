@@ -11,7 +11,7 @@ import re
 from dataclasses import replace
 
 import pytest
-from cubin import kernel_text
+from cubin import kernel_text, sass_instructions
 
 from tunefw.compiler import CompilePool, sass_check, sass_opcodes
 from tunefw.device import A100, H200
@@ -146,14 +146,10 @@ def test_check_accepts_edge_shapes_with_small_configs():
         assert T.check(small, GemmProblem(*shape), H200) is None, shape
 
 
-def test_check_is_fast_and_the_space_is_mostly_reachable():
+def test_the_space_is_mostly_reachable():
     import random
-    import time
     configs = random.Random(0).sample(list(T.iter_space()), 20000)
-    t0 = time.perf_counter()
     valid = sum(T.check(c, BIG, H200) is None for c in configs)
-    per = (time.perf_counter() - t0) / len(configs)
-    assert per < 50e-6, f"check() takes {per * 1e6:.1f} us per config"
     # Samplers draw from the whole space: at least 1 in 10 points must be runnable at 4096^3
     # (BK=128 stages fit few tiles).
     assert valid > 20000 / 10
@@ -227,12 +223,27 @@ def test_kernel_args_without_a_gpu(monkeypatch):
     assert [x[1] for x in calls] == ["fp16"] * 3
 
 
-def test_encode_is_lazy():
-    """The module imports without cuda.bindings.driver touching a GPU (import happens inside)."""
-    src = (TEMPLATE_DIR.parent / "tunefw" / "templates" / "wgmma_sm90.py")
-    if src.exists():
-        head = src.read_text().split("class WgmmaSm90")[0]
-        assert "cuda.bindings" not in head
+def test_the_module_works_without_cuda_bindings():
+    """Importing the family, checking and describing configs never import cuda.bindings (only
+    encoding a tensor map does): run where cuda.bindings cannot be imported at all."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "sys.modules['cuda.bindings'] = sys.modules['cuda.bindings.driver'] = None\n"
+            "from tunefw.device import H200\n"
+            "from tunefw.problem import GemmProblem\n"
+            "from tunefw.templates.wgmma_sm90 import WgmmaSm90\n"
+            "t = WgmmaSm90(); c = t.default_config(); p = GemmProblem(4096, 4096, 4096)\n"
+            "assert t.check(c, p, H200) is None\n"
+            "print(t.tensor_map_specs(c, p)['a']['box'])\n"
+            "try:\n"
+            "    t.encode_tensor_map(t.tensor_map_specs(c, p)['a'], 'bf16', 0)\n"
+            "except ImportError:\n"
+            "    print('encode needs cuda.bindings')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["(64, 128)", "encode needs cuda.bindings"]
 
 
 # ---- compiles ------------------------------------------------------------------------------------
@@ -253,11 +264,17 @@ def test_one_at_a_time_compiles_clean(pool):
         assert any(op.startswith("SYNCS") for op in ops), "no mbarrier waits"
 
 
-def test_fp16_compiles(pool):
-    r, = compile_all(pool, [T.default_config()], dtype="fp16")
-    assert r.ok and r.spill_bytes == 0
-    assert "HGMMA.64x256x16.F32" in " ".join(sass_opcodes(r.cubin)) or \
-        sass_check(r.cubin, require_hgmma=True) is None
+def test_fp16_and_bf16_compile_to_their_own_hgmma(pool):
+    """The dtype reaches the tensor-core instruction: fp16 is HGMMA.64x256x16.F32 and bf16 the
+    same shape with .BF16 (the default config: 64-row warpgroup slices of a 128x256 tile)."""
+    (fp16,) = compile_all(pool, [T.default_config()], dtype="fp16")
+    (bf16,) = compile_all(pool, [T.default_config()], dtype="bf16")
+    for r in (fp16, bf16):
+        assert r.ok and r.spill_bytes == 0, r.log[-2000:]
+        assert sass_check(r.cubin, require_hgmma=True) is None
+    assert {op for op in sass_instructions(fp16.cubin) if "GMMA" in op} == {"HGMMA.64x256x16.F32"}
+    assert {op for op in sass_instructions(bf16.cubin) if "GMMA" in op} == {
+        "HGMMA.64x256x16.F32.BF16"}
 
 
 def test_every_knob_changes_code_or_launch(pool):
@@ -306,7 +323,7 @@ def test_estimates_agree_with_the_compiler(pool):
     rng = random.Random(7)
     space = list(T.iter_space())
     rng.shuffle(space)
-    picked = [c for c in space if T.check(c, BIG, H200) is None][:10]
+    picked = [c for c in space if T.check(c, BIG, H200) is None][:5]  # ~3 s a build
     results = compile_all(pool, picked)
     for c, r in zip(picked, results):
         assert r.ok, (c, r.log[-2000:])

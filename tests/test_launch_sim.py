@@ -153,13 +153,42 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _start_ray_head(port: int, env: dict) -> subprocess.Popen:
+    """A Ray head of this test's own (`ray start --block` in a process group of its own, so the
+    test stops exactly it, not every Ray on the machine as `ray stop --force` would)."""
+    head = subprocess.Popen(["ray", "start", "--head", "--block", f"--port={port}", "--num-gpus=2",
+                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            raise AssertionError(f"ray start failed: {head.stderr.read().decode()[-2000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return head
+        time.sleep(0.5)
+    _stop_ray_head(head)
+    raise AssertionError("the Ray head did not listen within 180 s")
+
+
+def _stop_ray_head(head: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(head.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            head.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def test_launch_through_a_ray_head_address(db_url, tmp_path):
     port = _free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local head, no token
-    started = subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-gpus=2",
-                              "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
-                             capture_output=True, text=True, env=env, timeout=180)
-    assert started.returncode == 0, started.stderr
+    head = _start_ray_head(port, env)
     try:
         study = _study_file(tmp_path, name="r", trials=4, shapes=("256x256x256",))
         assert invoke_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
@@ -179,7 +208,7 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path):
         own = run_cli("launch", "own", "--gpus", "4", "--backend", "sim", db=db_url, env=env)
         assert own.returncode == 0, own.stderr
     finally:
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120, env=env)
+        _stop_ray_head(head)
 
 
 def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path):

@@ -125,15 +125,16 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _create(url: str, engine: Engine) -> bool:
-    """Create tunefw's schema and Optuna's tables on an empty database, one creator at a time;
-    False if another process created it meanwhile."""
+def _settle(url: str, engine: Engine, create: bool) -> tuple[str, bool]:
+    """The schema state seen under the creation lock (another process may be creating the
+    schema right now), creating it if empty and ``create``; returns (state, created)."""
     with creation_lock(url, engine):
-        if _schema_state(engine) != "empty":
-            return False
+        state = _schema_state(engine)
+        if state != "empty" or not create:
+            return state, False
         _upgrade(engine)
         optuna_tables(url)
-        return True
+        return "current", True
 
 
 def open_store(url: str | None = None, create: bool = True, readonly: bool = False) -> Store:
@@ -152,19 +153,17 @@ def open_store(url: str | None = None, create: bool = True, readonly: bool = Fal
     except Exception as exc:  # bad URL, unreadable file, not a database
         raise UserError(f"--db {url}: cannot open database ({_first_line(exc)})") from None
     created = False
-    if state == "empty":
-        if not create:
-            engine.dispose()
-            raise UserError(f"--db {url}: no tunefw database there "
-                            "(`tunefw study create` makes one)")
+    if state != "current" and not readonly:
         try:
-            created = _create(url, engine)
-        except UserError:
-            raise
+            state, created = _settle(url, engine, create)
         except Exception as exc:  # a read-only file or directory, a full disk
             engine.dispose()
             raise UserError(f"--db {url}: cannot create the database ({_first_line(exc)})") \
                 from None
+    if state == "empty":
+        engine.dispose()
+        raise UserError(f"--db {url}: no tunefw database there "
+                        "(`tunefw study create` makes one)")
     elif state == "older":
         engine.dispose()
         raise UserError(f"database {url} has an older tunefw schema "

@@ -179,7 +179,7 @@ def _owner(loc: tuple) -> str:
 def _pick(errors: list[dict]) -> dict:
     """One error to report: for a problem given as a mapping, the mapping branch's error."""
     for e in errors:
-        if "ProblemEntry" in e["loc"] or e["type"] != "string_type":
+        if any("ProblemEntry" in str(p) for p in e["loc"]) or e["type"] != "string_type":
             return e
     return errors[0]
 
@@ -190,6 +190,8 @@ def describe(exc: ValidationError) -> str:
     loc, kind = tuple(e["loc"]), e["type"]
     where = _path(loc)
     key = loc[-1] if loc else ""
+    if "ProblemEntry" in str(key):  # a problem that is neither a string nor a mapping
+        key = "ProblemEntry"
     if kind == "extra_forbidden":
         parent = _path(loc[:-1])
         model = _KEYS[_owner(loc)] if parent else StudyFile

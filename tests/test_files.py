@@ -15,7 +15,6 @@ from tunefw.cli import run
 from tunefw.fileio import write_atomic
 from tunefw.errors import UserError
 from tunefw.store import open_store, upgrade_store
-from tunefw.store.files import optuna_storage
 
 from conftest import REPO
 from pgdb import pg_url  # noqa: F401  (fixture)

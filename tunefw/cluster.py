@@ -96,7 +96,8 @@ def connect(address: str | None, gpus: int, backend: str) -> None:
     free = int(ray.available_resources().get("GPU", 0))
     if have < gpus or free < gpus:
         ray.shutdown()
-        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s), {free} free")
+        busy = f", {free} free" if free < have else ""
+        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s){busy}")
 
 
 class WorkerPool:

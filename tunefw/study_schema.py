@@ -2,7 +2,6 @@
 every number finite and in its documented range; errors become one line naming the field."""
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt,
@@ -219,7 +218,3 @@ def describe(exc: ValidationError) -> str:
         return f"{where}: expected {expected}"
     return f"{where}={_short(e['input'])}: expected {expected}"
 
-
-def finite(value: float) -> bool:
-    """True for a real, finite number (NaN and infinities are not)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -47,7 +47,8 @@ def _store(mode: str = "read"):
     from tunefw.store import open_store
     store = open_store(_state["db"], create=mode == "create", readonly=mode == "read")
     if store.created:
-        err.print(f"created database {store.url}", markup=False)
+        from tunefw.store.files import shown_url
+        err.print(f"created database {shown_url(store.url)}", markup=False)
     return store
 
 

@@ -11,12 +11,20 @@ from typing import Iterator
 from urllib.parse import quote
 
 import optuna
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 
 from tunefw.errors import UserError
 
 # pg_advisory_lock key of schema creation (any constant; the same in every tunefw process)
 _PG_LOCK = zlib.crc32(b"tunefw schema creation")
+
+
+def shown_url(url: str) -> str:
+    """The URL as messages show it: any password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not parseable: shown as given, minus anything after an '@'
+        return url.split("@")[-1]
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -43,7 +51,7 @@ def check_sqlite_path(url: str, path: Path, create: bool, write: bool = True) ->
     if not create:
         raise UserError(f"--db {path}: no such database file (`tunefw study create` makes one)")
     if not path.parent.is_dir():
-        raise UserError(f"--db {url}: directory {path.parent} does not exist")
+        raise UserError(f"--db {shown_url(url)}: directory {path.parent} does not exist")
 
 
 def readonly_url(url: str) -> str:

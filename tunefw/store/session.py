@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tunefw.errors import UserError
 from tunefw.store.files import (check_sqlite_path, creation_lock, optuna_tables, readonly_url,
-                                sqlite_path)
+                                shown_url, sqlite_path)
 from tunefw.store.models import SCHEMA_VERSION, Meta
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -141,6 +141,7 @@ def open_store(url: str | None = None, create: bool = True, readonly: bool = Fal
     """Open the database (``create``: make it if missing, else a missing one is an error;
     ``readonly``: never write, never create); refuse an older or unknown schema."""
     url = resolve_url(url)
+    where = shown_url(url)
     readonly = readonly and not create
     path = sqlite_path(url)
     if path is not None:
@@ -151,34 +152,35 @@ def open_store(url: str | None = None, create: bool = True, readonly: bool = Fal
     except UserError:
         raise
     except Exception as exc:  # bad URL, unreadable file, not a database
-        raise UserError(f"--db {url}: cannot open database ({_first_line(exc)})") from None
+        raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
     created = False
     if state != "current" and not readonly:
         try:
             state, created = _settle(url, engine, create)
         except Exception as exc:  # a read-only file or directory, a full disk
             engine.dispose()
-            raise UserError(f"--db {url}: cannot create the database ({_first_line(exc)})") \
+            raise UserError(f"--db {where}: cannot create the database ({_first_line(exc)})") \
                 from None
     if state == "empty":
         engine.dispose()
-        raise UserError(f"--db {url}: no tunefw database there "
+        raise UserError(f"--db {where}: no tunefw database there "
                         "(`tunefw study create` makes one)")
     elif state == "older":
         engine.dispose()
-        raise UserError(f"database {url} has an older tunefw schema "
+        raise UserError(f"database {where} has an older tunefw schema "
                         f"({current_revision(engine)}); {UPGRADE_HINT}")
     elif state == "unknown":
         engine.dispose()
-        raise UserError(f"database {url} has an unknown or newer schema (not {head_revision()}); "
-                        f"this tunefw cannot use it ({UPGRADE_HINT} only upgrades known older ones)")
+        raise UserError(f"database {where} has an unknown or newer schema (not {head_revision()}); "
+                        f"this tunefw cannot use it ({UPGRADE_HINT} only upgrades known older "
+                        "ones)")
     if url.startswith("sqlite") and not readonly:  # persistent in the file; once the schema is ours
         try:
             with engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
         except Exception as exc:  # a read-only file: writing commands fail here, in one line
             engine.dispose()
-            raise UserError(f"--db {url}: cannot write ({_first_line(exc)})") from None
+            raise UserError(f"--db {where}: cannot write ({_first_line(exc)})") from None
     return Store(url, engine, readonly=readonly, created=created)
 
 
@@ -186,28 +188,30 @@ def upgrade_store(url: str | None = None) -> tuple[str | None, str]:
     """`tunefw db upgrade`: migrate a known older schema to head; returns (from, to). Never
     creates a database: a missing file or one without tunefw's tables is an error."""
     url = resolve_url(url)
+    where = shown_url(url)
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_path(url, path, create=False)
     try:
         engine = _engine(url)
     except Exception as exc:
-        raise UserError(f"--db {url}: cannot open database ({_first_line(exc)})") from None
+        raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
     try:
         try:
             state = _schema_state(engine)
         except Exception as exc:
-            raise UserError(f"--db {url}: cannot open database ({_first_line(exc)})") from None
+            raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
         if state == "empty":
-            raise UserError(f"--db {url}: no tunefw database there; nothing to upgrade")
+            raise UserError(f"--db {where}: no tunefw database there; nothing to upgrade")
         if state == "unknown":
-            raise UserError(f"database {url} has an unknown or newer schema; refusing to touch it")
+            raise UserError(f"database {where} has an unknown or newer schema; "
+                            "refusing to touch it")
         before = current_revision(engine)
         if state == "older":
             try:
                 _upgrade(engine)
             except Exception as exc:
-                raise UserError(f"--db {url}: cannot upgrade ({_first_line(exc)})") from None
+                raise UserError(f"--db {where}: cannot upgrade ({_first_line(exc)})") from None
         return before, head_revision()
     finally:
         engine.dispose()

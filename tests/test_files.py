@@ -153,8 +153,9 @@ def test_read_only_database_file_serves_the_read_only_commands(capsys, tmp_path,
             code, out, err = _cli(capsys, "--db", str(db), *cmd)
             assert "readonly" not in err and "internal error" not in err, err
             assert code in (0, 1), err  # 1: 'trial 1 not found' / 'no OK trial' are answers
-        code, _, err = _cli(capsys, "--db", str(db), "study", "delete", "s")
-        _one_line(code, err, "read-only")
+        for cmd in (("study", "delete", "s"), ("db", "upgrade"), ("launch", "s", "--backend", "sim")):
+            code, _, err = _cli(capsys, "--db", str(db), *cmd)
+            _one_line(code, err, "read-only")
     finally:
         if os.geteuid() == 0:
             subprocess.run(["umount", "-l", str(ro)], capture_output=True)

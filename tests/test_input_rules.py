@@ -125,6 +125,17 @@ def test_non_utf8_and_nested_yaml_give_one_line(tmp_path):
     assert "\n" not in str(exc.value)
 
 
+def test_a_key_given_twice_is_refused(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\ntrials: 5\nproblems: [64x64x64]\ntrials: 5000\n")
+    with pytest.raises(UserError, match=r"s.yaml: malformed YAML at line 4 \(duplicate key "
+                                        r"'trials'\)"):
+        load_study_file(f)
+    f.write_text("name: s\nproblems: [{M: 8, N: 8, K: 8, M: 16}]\n")
+    with pytest.raises(UserError, match="duplicate key 'M'"):
+        load_study_file(f)
+
+
 def _cli(capsys, *args):
     code = run(list(args))
     captured = capsys.readouterr()

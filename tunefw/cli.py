@@ -30,7 +30,7 @@ app.add_typer(db_app, name="db")
 
 out = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-_state: dict = {"db": None}
+_state: dict = {"db": None, "stores": []}
 
 DB_HELP = ("Database: a SQLAlchemy URL or a SQLite file path; default $TUNEFW_DB or "
            "sqlite:///tunefw.db.")
@@ -46,6 +46,7 @@ def _store(mode: str = "read"):
     (made if missing; says where)."""
     from tunefw.store import open_store
     store = open_store(_state["db"], create=mode == "create", readonly=mode == "read")
+    _state["stores"].append(store)  # closed when the command ends (run)
     if store.created:
         from tunefw.store.files import shown_url
         err.print(f"created database {shown_url(store.url)}", markup=False)
@@ -279,10 +280,10 @@ def launch(
     if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
         raise UserError(f"--time-limit {time_limit:g}: expected a finite, positive number of "
                         "seconds")
-    chosen = _pick_backend(backend, gpus, address)
     store = _store("write")  # a launch without a database has no study to run
     with store.session() as s:
         name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
+    chosen = _pick_backend(backend, gpus, address)
     stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
                             cache_dir=cache_dir, time_limit_s=time_limit)
@@ -389,7 +390,11 @@ def report_cmd(
 def run(args: List[str]) -> int:
     """Run the app on ``args``; every error becomes one line on stderr; returns the exit code."""
     from tunefw.cli_exit import run_command
-    return run_command(typer.main.get_command(app), args, err)
+    try:
+        return run_command(typer.main.get_command(app), args, err)
+    finally:
+        while _state["stores"]:
+            _state["stores"].pop().close()
 
 
 def main() -> None:

@@ -139,6 +139,22 @@ def parse_study(d: Any, source: str, name: str | None = None) -> StudySpec:
                         faults={f: float(getattr(sim.faults, f)) for f in FAULTS}))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (the last would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable or odd keys: the schema refuses them
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_study_file(path: Path, name: str | None = None) -> StudySpec:
     """Read and validate a study YAML file."""
     source = str(path)
@@ -153,11 +169,13 @@ def load_study_file(path: Path, name: str | None = None) -> StudySpec:
     except UnicodeDecodeError as exc:
         raise UserError(f"{source}: not UTF-8 text (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except RecursionError:
         raise UserError(f"{source}: YAML nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{source}: malformed YAML{where}") from None
+        problem = getattr(exc, "problem", "") or ""
+        why = f" ({problem})" if problem.startswith("duplicate key") else ""
+        raise UserError(f"{source}: malformed YAML{where}{why}") from None
     return parse_study(data, source, name)

@@ -55,14 +55,14 @@ def check_sqlite_path(url: str, path: Path, create: bool, write: bool = True) ->
 
 
 def readonly_url(url: str) -> str:
-    """The URL opening the same database without write access (SQLite: mode=ro)."""
+    """The URL a read-only command opens: the same one where the file and its directory are
+    writable (the engine then sets PRAGMA query_only, and closing it leaves no -wal/-shm
+    behind), else SQLite's read-only, immutable mode (a read-only file or mount, where no -shm
+    can be made)."""
     path = sqlite_path(url)
-    if path is None:
+    if path is None or (os.access(path, os.W_OK) and os.access(path.resolve().parent, os.W_OK)):
         return url
-    uri = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
-    if not (os.access(path, os.W_OK) and os.access(path.resolve().parent, os.W_OK)):
-        uri += "&immutable=1"  # a read-only file or mount: no -shm can be made, no one writes
-    return uri
+    return f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&immutable=1&uri=true"
 
 
 @contextmanager

@@ -30,14 +30,16 @@ def resolve_url(url: str | None) -> str:
     return url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"
 
 
-def sqlite_pragmas(engine: Engine) -> None:
+def sqlite_pragmas(engine: Engine, query_only: bool = False) -> None:
     """Per connection: wait for locks instead of failing, enforce foreign keys, and in WAL mode
     fsync at checkpoints only (an application crash loses nothing; a power cut may lose the
-    last transactions, which a resumed launch re-runs)."""
+    last transactions, which a resumed launch re-runs); ``query_only``: refuse every write."""
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record) -> None:
         cur = dbapi_conn.cursor()
+        if query_only:
+            cur.execute("PRAGMA query_only=ON")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")
@@ -47,7 +49,7 @@ def sqlite_pragmas(engine: Engine) -> None:
 def _engine(url: str, readonly: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
-        sqlite_pragmas(engine)
+        sqlite_pragmas(engine, query_only=readonly)
         return engine
     if readonly and url.startswith("postgresql"):
         return create_engine(url, pool_pre_ping=True,

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from pydantic import ValidationError
 
 from tunefw.errors import UserError

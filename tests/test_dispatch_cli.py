@@ -56,7 +56,7 @@ def test_models_tune_each_layer_over_the_m_grid():
     default = parse_study({"name": "m", "models": [{"hidden": 1024, "intermediate": 2048,
                                                    "qkv": 1536}]}, "t")
     assert len(default.problems) == 4 * 14
-    with pytest.raises(UserError, match="t: models\\[0\\].M: 0: expected an integer token count"):
+    with pytest.raises(UserError, match=r"t: models\[0\]\.M\[0\]=0: expected an integer 1\.\.2147483647"):
         parse_study({"name": "m", "models": [{"hidden": 8, "intermediate": 8, "qkv": 8, "M": [0]}]}, "t")
 
 

@@ -5,6 +5,7 @@ Every error, usage errors included, is one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,13 +19,6 @@ from tunefw.errors import UserError
 from tunefw.templates import FAMILIES
 
 FAMILY_NAMES = " | ".join(sorted(FAMILIES))
-
-try:  # typer >= 0.20 carries its own copy of click
-    from typer._click import exceptions as _click_exc
-    from typer.exceptions import Abort as _Abort, Exit as _Exit
-except ImportError:  # older typer runs on click itself
-    from click import exceptions as _click_exc
-    from click.exceptions import Abort as _Abort, Exit as _Exit
 
 app = typer.Typer(help=f"tunefw: tune GPU GEMM kernels ({', '.join(sorted(FAMILIES))}) with Optuna on Ray "
                        "workers, store every trial in SQLite, export the winners as a dispatch table.",
@@ -43,7 +37,7 @@ app.command("verify")(verify_cmd)
 
 out = Console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-_state: dict = {"db": None}
+_state: dict = {"db": None, "stores": []}
 
 DB_HELP = ("Database: a SQLAlchemy URL or a SQLite file path; default $TUNEFW_DB or "
            "sqlite:///tunefw.db.")
@@ -54,9 +48,16 @@ def _root(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, metavar="
     _state["db"] = db
 
 
-def _store(create: bool = True):
+def _store(mode: str = "read"):
+    """Open the database: "read" (read-only, never creates), "write" (must exist) or "create"
+    (made if missing; says where)."""
     from tunefw.store import open_store
-    return open_store(_state["db"], create=create)
+    store = open_store(_state["db"], create=mode == "create", readonly=mode == "read")
+    _state["stores"].append(store)  # closed when the command ends (run)
+    if store.created:
+        from tunefw.store.files import shown_url
+        err.print(f"created database {shown_url(store.url)}", markup=False)
+    return store
 
 
 # ---- study ---------------------------------------------------------------------------------
@@ -91,9 +92,11 @@ def study_create(
             data[key] = value
     spec = parse_study(data, str(from_file) if from_file else "command line")
     from tunefw.store import queries as q
-    store = _store()
+    from tunefw.store.files import optuna_storage
+    store = _store("create")
     with store.session() as s:
         q.create_study(s, spec)
+    optuna_storage(store.url, store.engine).engine.dispose()  # optuna-dashboard opens it now
     out.print(f"created study [bold]{spec.name}[/]: {len(spec.problems)} problem(s), "
               f"{spec.trials} trials each, sampler {spec.sampler}")
 
@@ -151,16 +154,15 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
 @study_app.command("delete")
 def study_delete(name: str = typer.Argument(..., help="Study name.")) -> None:
     """Delete a study, its trials and its Optuna searches."""
+    import optuna
     from tunefw.store import queries as q
     from tunefw.sweep import storage_for
-    store = _store()
+    store = _store("write")
     with store.session() as s:
-        prefix = q.get_study(s, name).name + "/"  # fail on an unknown name before touching Optuna
-    import optuna
+        names = q.optuna_study_names(q.get_study(s, name))  # unknown name: fail before Optuna
     storage = storage_for(store)
-    for study_name in optuna.get_all_study_names(storage):
-        if study_name.startswith(prefix):
-            optuna.delete_study(study_name=study_name, storage=storage)
+    for optuna_name in sorted(names & set(optuna.get_all_study_names(storage))):
+        optuna.delete_study(study_name=optuna_name, storage=storage)
     with store.session() as s:
         q.delete_study(s, name)
     out.print(f"deleted study {name}")
@@ -233,7 +235,8 @@ def db_upgrade() -> None:
     """Upgrade an older tunefw database to this version's schema."""
     from tunefw.store import upgrade_store
     before, after = upgrade_store(_state["db"])
-    out.print(f"database schema {before or 'empty'} -> {after}")
+    out.print(f"database schema {before} -> {after}" if before != after
+              else f"database schema {after}: already current")
 
 
 # ---- launch, export, compile --------------------------------------------------------------
@@ -245,10 +248,16 @@ def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
     if backend == "sim" or (backend == "auto" and address is None and _local_gpus() == 0):
         if backend == "auto":
             err.print("no GPU visible: using the SIMULATED device (--backend sim)")
+        if address is None and gpus > SIM_MAX_WORKERS:  # each is a process: more never start
+            raise UserError(f"--gpus {gpus}: the simulated device runs at most "
+                            f"{SIM_MAX_WORKERS} workers on this machine ({os.cpu_count()} CPUs)")
         return "sim"
     if address is None and _local_gpus() < gpus:
         raise UserError(f"--gpus {gpus}: this machine has {_local_gpus()} visible GPU(s)")
     return "cuda"
+
+
+SIM_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))  # simulated workers of a local Ray
 
 
 def _local_gpus() -> int:
@@ -276,16 +285,19 @@ def launch(
                                                "finish those in flight; launch again to resume."),
 ) -> None:
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
+    from tunefw.interrupt import stop_on_sigterm
     from tunefw.progress import LaunchProgress
     from tunefw.sweep import LaunchOptions, Sweep
     from tunefw.store import queries as q
 
-    chosen = _pick_backend(backend, gpus, address)
-    store = _store()
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise UserError(f"--time-limit {time_limit:g}: expected a finite, positive number of "
+                        "seconds")
+    store = _store("write")  # a launch without a database has no study to run
     with store.session() as s:
         name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
-    if time_limit is not None and time_limit <= 0:
-        raise UserError(f"--time-limit {time_limit:g}: expected a positive number of seconds")
+    chosen = _pick_backend(backend, gpus, address)
+    stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
                             cache_dir=cache_dir, time_limit_s=time_limit)
     with LaunchProgress(out) as progress:
@@ -320,7 +332,7 @@ def export_cmd(
         from tunefw.dispatch import load
         table = export_table(load(from_table), path, fmt)
     else:
-        table = export(_store(), path, study, fmt, allow_mixed, min_ratio)
+        table = export(_store("read"), path, study, fmt, allow_mixed, min_ratio)
     losses = sum(e.is_cublas for e in table.entries)
     out.print(f"wrote {path}: {len(table.entries)} entries"
               + (f" ({losses} cuBLAS routes)" if losses else "")
@@ -392,7 +404,7 @@ def bench_cmd(
         table = load(path)
     else:
         from tunefw.export import build_table
-        table = build_table(_store(create=False), study)
+        table = build_table(_store("read"), study)
     result = run_bench(table, names, cubin_dir=cubin_dir, cache_dir=cache_dir,
                        progress=lambda r: err.print(f"  {r['M']}x{r['N']}x{r['K']} {r['dtype']}: "
                                                     f"{r['path']}, {r['tflops']:.1f} TFLOP/s"))
@@ -419,44 +431,21 @@ def report_cmd(
 ) -> None:
     """A self-contained HTML report: TFLOP/s vs cuBLAS, convergence, outcomes, winners, device."""
     from tunefw.report import write_report
-    data = write_report(_store(create=False), study, html_path)
+    data = write_report(_store("read"), study, html_path)
     out.print(f"wrote {html_path}: {len(data['problems'])} problem(s)"
               + (" (SIMULATED)" if data["simulated"] else ""))
 
 
+def run(args: List[str]) -> int:
+    """Run the app on ``args``; every error becomes one line on stderr; returns the exit code."""
+    from tunefw.cli_exit import run_command
+    try:
+        return run_command(typer.main.get_command(app), args, err)
+    finally:
+        while _state["stores"]:
+            _state["stores"].pop().close()
+
+
 def main() -> None:
     """Entry point: run the app, turning every error into one line on stderr."""
-    command = typer.main.get_command(app)
-    try:
-        # Without standalone mode typer returns (not raises) the code of an Exit, and turns
-        # Ctrl-C into Exit(130).
-        code = command.main(args=sys.argv[1:], prog_name="tunefw", standalone_mode=False)
-        if code == 130:
-            raise KeyboardInterrupt
-        sys.exit(code if isinstance(code, int) else 0)
-    except _Exit as exc:
-        sys.exit(exc.exit_code)
-    except _click_exc.UsageError as exc:
-        if exc.ctx is not None and type(exc).__name__ == "NoArgsIsHelpError":
-            print(exc.ctx.get_help())
-            sys.exit(0)
-        where = exc.ctx.command_path if exc.ctx else "tunefw"
-        err.print(f"{where}: error: {exc.format_message()}", markup=False)
-        sys.exit(2)
-    except _click_exc.ClickException as exc:
-        err.print(f"tunefw: error: {exc.format_message()}", markup=False)
-        sys.exit(exc.exit_code)
-    except (_Abort, KeyboardInterrupt):
-        err.print("tunefw: interrupted; trials in flight were discarded, launch again to resume",
-                  markup=False)
-        sys.exit(130)
-    except UserError as exc:
-        err.print(f"tunefw: error: {exc}", markup=False)
-        sys.exit(1)
-    except Exception as exc:  # a bug, not bad input: one line unless asked for the traceback
-        if os.environ.get("TUNEFW_DEBUG"):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        err.print(f"tunefw: internal error: {type(exc).__name__}: {first} "
-                  "(TUNEFW_DEBUG=1 shows the traceback)", markup=False)
-        sys.exit(3)
+    sys.exit(run(sys.argv[1:]))

@@ -16,6 +16,7 @@ import ray
 
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.interrupt import stop_on_sigterm
 from tunefw.study import SimSettings
 
 STARTUP_GRACE_S = 60.0  # a fresh actor may take this long to come up before its first trial
@@ -90,10 +91,13 @@ def connect(address: str | None, gpus: int, backend: str) -> None:
         ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1,
                  include_dashboard=False, runtime_env=env, log_to_driver=False,
                  logging_level="ERROR")
+    stop_on_sigterm()  # ray.init made SIGTERM a SystemExit with a stack dump
     have = int(ray.cluster_resources().get("GPU", 0))
-    if have < gpus:
+    free = int(ray.available_resources().get("GPU", 0))
+    if have < gpus or free < gpus:
         ray.shutdown()
-        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s)")
+        busy = f", {free} free" if free < have else ""
+        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s){busy}")
 
 
 class WorkerPool:

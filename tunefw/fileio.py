@@ -1,6 +1,8 @@
 """Writing output files whole or not at all."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from tunefw.errors import UserError
@@ -8,10 +10,26 @@ from tunefw.errors import UserError
 
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside ``path`` and rename it into place; a one-line
-    UserError on failure, and no half-written file either way."""
-    tmp = Path(str(path) + ".tmp")
+    UserError on failure, and no file left behind (neither ``path`` nor the temporary) then."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory")
+    tmp = None
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        raise UserError(f"{path}: cannot write ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

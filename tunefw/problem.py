@@ -10,6 +10,7 @@ from tunefw.errors import UserError
 DTYPES = ("bf16", "fp16")
 LAYOUTS = ("TN",)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+DIM_MAX = 2**31 - 1  # M, N, K: what a kernel's int32 indexing and an SQL INTEGER column hold
 
 
 @dataclass(frozen=True, order=True)
@@ -26,6 +27,8 @@ class GemmProblem:
         for field, value in (("M", self.M), ("N", self.N), ("K", self.K)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise UserError(f"problem {field}={value!r}: expected an integer")
+            if value > DIM_MAX:
+                raise UserError(f"problem {field}={value}: expected at most 2^31-1 ({DIM_MAX})")
         if self.M < 1:
             raise UserError(f"problem M={self.M}: M must be >= 1")
         for field, value in (("N", self.N), ("K", self.K)):
@@ -69,8 +72,9 @@ _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
 def parse_shape(text: str, dtype: str = "bf16") -> GemmProblem:
     """Parse 'MxNxK' (as typed on the command line) into a validated problem."""
-    match = _SHAPE.match(text)
+    match = _SHAPE.match(text) if len(text) <= 64 else None
     if not match:
-        raise UserError(f"shape {text!r}: expected MxNxK, e.g. 4096x4096x4096")
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise UserError(f"shape {shown!r}: expected MxNxK, e.g. 4096x4096x4096")
     m, n, k = (int(g) for g in match.groups())
     return GemmProblem(m, n, k, dtype)

@@ -17,8 +17,8 @@ from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.sampler_host import SamplerHost
 from tunefw.search import DurableMirror, ProblemSearch, trial_attrs
+from tunefw.store.files import optuna_storage
 from tunefw.store import Store
-from tunefw.store.session import sqlite_pragmas
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Study, Trial
 from tunefw.study import StudySpec
@@ -70,16 +70,11 @@ ProgressHook = Callable[[str, dict], None]
 
 def storage_for(store: Store) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage in the same database (its own tables, no tunefw_ prefix)."""
-    if not store.url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(store.url)
-    storage = optuna.storages.RDBStorage(store.url, engine_kwargs={"connect_args": {"timeout": 30}})
-    sqlite_pragmas(storage.engine)
-    storage.engine.dispose()  # connections opened before the pragmas are dropped
-    return storage
+    return optuna_storage(store.url, store.engine)
 
 
 def optuna_study_name(study: Study, problem: Problem) -> str:
-    return f"{study.name}/{problem.key}/r{study.round}"
+    return q.optuna_name(study.name, problem.key, study.round)
 
 
 def _families(spec: StudySpec, device: DeviceSpec) -> list[str]:

@@ -50,6 +50,18 @@ def get_study(s: Session, name: str | None) -> Study:
     return study
 
 
+def optuna_name(study_name: str, problem_key: str, round_: int) -> str:
+    """The Optuna study of one (study, problem, round): `STUDY/MxNxK:dtype:TN/rROUND`."""
+    return f"{study_name}/{problem_key}/r{round_}"
+
+
+def optuna_study_names(study: Study) -> set[str]:
+    """Every Optuna study a tunefw study can own: each problem in each round so far (exact
+    names: deleting study `p` must not touch the searches of a study named like `p/q`)."""
+    return {optuna_name(study.name, p.key, r) for p in study.problems
+            for r in range(study.round + 1)}
+
+
 def list_studies(s: Session) -> list[Study]:
     return list(s.scalars(select(Study).order_by(Study.id)))
 

@@ -14,6 +14,8 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from tunefw.errors import UserError
+from tunefw.store.files import (check_sqlite_path, creation_lock, optuna_tables, readonly_url,
+                                shown_url, sqlite_path)
 from tunefw.store.models import SCHEMA_VERSION, Meta
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -28,25 +30,30 @@ def resolve_url(url: str | None) -> str:
     return url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"
 
 
-def sqlite_pragmas(engine: Engine) -> None:
+def sqlite_pragmas(engine: Engine, query_only: bool = False) -> None:
     """Per connection: wait for locks instead of failing, enforce foreign keys, and in WAL mode
     fsync at checkpoints only (an application crash loses nothing; a power cut may lose the
-    last transactions, which a resumed launch re-runs)."""
+    last transactions, which a resumed launch re-runs); ``query_only``: refuse every write."""
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record) -> None:
         cur = dbapi_conn.cursor()
+        if query_only:
+            cur.execute("PRAGMA query_only=ON")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
 
-def _engine(url: str) -> Engine:
+def _engine(url: str, readonly: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
-        sqlite_pragmas(engine)
+        sqlite_pragmas(engine, query_only=readonly)
         return engine
+    if readonly and url.startswith("postgresql"):
+        return create_engine(url, pool_pre_ping=True,
+                             execution_options={"postgresql_readonly": True})
     return create_engine(url, pool_pre_ping=True)
 
 
@@ -64,10 +71,12 @@ def _script() -> ScriptDirectory:
 
 
 def head_revision() -> str:
+    """The newest migration's revision."""
     return _script().get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The database's migration revision (None: no tunefw schema)."""
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         return ctx.get_current_revision()
@@ -83,9 +92,12 @@ def _upgrade(engine: Engine, target: str = "head") -> None:
 class Store:
     """A database handle: one engine, a session factory, the URL for Optuna's storage."""
 
-    def __init__(self, url: str, engine: Engine) -> None:
+    def __init__(self, url: str, engine: Engine, readonly: bool = False,
+                 created: bool = False) -> None:
         self.url = url
         self.engine = engine
+        self.readonly = readonly
+        self.created = created  # this call made the database (the CLI says where)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @contextmanager
@@ -95,6 +107,7 @@ class Store:
             yield s
 
     def close(self) -> None:
+        """Release the engine's connections."""
         self.engine.dispose()
 
 
@@ -110,48 +123,97 @@ def _schema_state(engine: Engine) -> str:
     return "older" if rev in known else "unknown"
 
 
-def open_store(url: str | None = None, create: bool = True) -> Store:
-    """Open (and on first use create) the database; refuse an older or unknown schema."""
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _settle(url: str, engine: Engine, create: bool) -> tuple[str, bool]:
+    """The schema state seen under the creation lock (another process may be creating the
+    schema right now), creating it if empty and ``create``; returns (state, created)."""
+    with creation_lock(url, engine):
+        state = _schema_state(engine)
+        if state != "empty" or not create:
+            return state, False
+        _upgrade(engine)
+        optuna_tables(url)
+        return "current", True
+
+
+def open_store(url: str | None = None, create: bool = True, readonly: bool = False) -> Store:
+    """Open the database (``create``: make it if missing, else a missing one is an error;
+    ``readonly``: never write, never create); refuse an older or unknown schema."""
     url = resolve_url(url)
-    if url.startswith("sqlite:///") and create:
-        path = Path(url.removeprefix("sqlite:///"))
-        if str(path) not in ("", ":memory:") and not path.parent.exists():
-            raise UserError(f"--db {url}: directory {path.parent} does not exist")
+    where = shown_url(url)
+    readonly = readonly and not create
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_path(url, path, create, write=not readonly)
     try:
-        engine = _engine(url)
+        engine = _engine(readonly_url(url) if readonly else url, readonly)
         state = _schema_state(engine)
     except UserError:
         raise
     except Exception as exc:  # bad URL, unreadable file, not a database
-        raise UserError(f"--db {url}: cannot open database ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
+    created = False
+    if state != "current" and not readonly:
+        try:
+            state, created = _settle(url, engine, create)
+        except Exception as exc:  # a read-only file or directory, a full disk
+            engine.dispose()
+            raise UserError(f"--db {where}: cannot create the database ({_first_line(exc)})") \
+                from None
     if state == "empty":
-        if not create:
-            raise UserError(f"--db {url}: no tunefw database there")
-        _upgrade(engine)
+        engine.dispose()
+        raise UserError(f"--db {where}: no tunefw database there "
+                        "(`tunefw study create` makes one)")
     elif state == "older":
         engine.dispose()
-        raise UserError(f"database {url} has an older tunefw schema "
+        raise UserError(f"database {where} has an older tunefw schema "
                         f"({current_revision(engine)}); {UPGRADE_HINT}")
     elif state == "unknown":
         engine.dispose()
-        raise UserError(f"database {url} has an unknown or newer schema (not {head_revision()}); "
-                        f"this tunefw cannot use it ({UPGRADE_HINT} only upgrades known older ones)")
-    if url.startswith("sqlite"):  # persistent in the file; set only once the schema is ours
-        with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-    return Store(url, engine)
+        raise UserError(f"database {where} has an unknown or newer schema (not {head_revision()}); "
+                        f"this tunefw cannot use it ({UPGRADE_HINT} only upgrades known older "
+                        "ones)")
+    if url.startswith("sqlite") and not readonly:  # persistent in the file; once the schema is ours
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        except Exception as exc:  # a read-only file: writing commands fail here, in one line
+            engine.dispose()
+            raise UserError(f"--db {where}: cannot write ({_first_line(exc)})") from None
+    return Store(url, engine, readonly=readonly, created=created)
 
 
 def upgrade_store(url: str | None = None) -> tuple[str | None, str]:
-    """`tunefw db upgrade`: migrate a known older schema to head; returns (from, to)."""
+    """`tunefw db upgrade`: migrate a known older schema to head; returns (from, to). Never
+    creates a database: a missing file or one without tunefw's tables is an error."""
     url = resolve_url(url)
-    engine = _engine(url)
+    where = shown_url(url)
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_path(url, path, create=False)
     try:
-        state = _schema_state(engine)
+        engine = _engine(url)
+    except Exception as exc:
+        raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
+    try:
+        try:
+            state = _schema_state(engine)
+        except Exception as exc:
+            raise UserError(f"--db {where}: cannot open database ({_first_line(exc)})") from None
+        if state == "empty":
+            raise UserError(f"--db {where}: no tunefw database there; nothing to upgrade")
         if state == "unknown":
-            raise UserError(f"database {url} has an unknown or newer schema; refusing to touch it")
-        before = current_revision(engine) if state != "empty" else None
-        _upgrade(engine)
+            raise UserError(f"database {where} has an unknown or newer schema; "
+                            "refusing to touch it")
+        before = current_revision(engine)
+        if state == "older":
+            try:
+                _upgrade(engine)
+            except Exception as exc:
+                raise UserError(f"--db {where}: cannot upgrade ({_first_line(exc)})") from None
         return before, head_revision()
     finally:
         engine.dispose()

@@ -1,0 +1,60 @@
+"""SIGTERM to a launch stops it like Ctrl-C (issue 16): one line on stderr, a non-zero exit,
+no Ray stack dump, and launching again resumes to exactly the budget."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from conftest import REPO, run_cli
+
+STUDY = """name: term
+trials: 12
+sampler: random
+timeout_s: 30
+problems: [{M: 128, N: 128, K: 128}]
+sim: {trial_seconds: 0.25}
+"""
+
+
+def _rows(db) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'"
+                               ).fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigterm_stops_a_launch_in_one_line_and_it_resumes(tmp_path):
+    db = tmp_path / "t.db"
+    (tmp_path / "s.yaml").write_text(STUDY)
+    assert run_cli("study", "create", "term", "--from", str(tmp_path / "s.yaml"),
+                   db=str(db)).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "TUNEFW_DB"}
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "tunefw", "--db", str(db), "launch", "term", "--backend", "sim",
+         "--gpus", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 240
+    while _rows(db) < 2 and launch.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert launch.poll() is None, launch.communicate()
+    launch.send_signal(signal.SIGTERM)
+    _, err = launch.communicate(timeout=120)
+    assert launch.returncode == 143, err
+    lines = err.strip().splitlines()
+    assert lines == ["tunefw: terminated (SIGTERM); trials in flight were discarded, "
+                     "launch again to resume"], err
+    assert "Traceback" not in err
+    done = _rows(db)
+    assert 2 <= done < 12
+    again = run_cli("launch", "term", "--backend", "sim", "--gpus", "1", db=str(db), timeout=300)
+    assert again.returncode == 0, again.stderr
+    shown = json.loads(run_cli("study", "show", "term", "--json", db=str(db)).stdout)
+    assert shown["problems"][0]["evaluated"] == 12

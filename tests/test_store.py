@@ -46,7 +46,7 @@ def test_study_roundtrip_and_duplicate_name(db_url):
     with pytest.raises(UserError, match="already exists"):
         with store.session() as s:
             q.create_study(s, _spec())
-    with pytest.raises(UserError, match="study 'nope' not found; known: s"):
+    with pytest.raises(UserError, match="study 'nope' not found in .*; known: s"):
         with store.session() as s:
             q.get_study(s, "nope")
 

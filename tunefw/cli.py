@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tunefw.cli_console import console
 from tunefw.errors import UserError
 from tunefw.templates import FAMILIES
 
@@ -35,7 +36,7 @@ app.add_typer(dispatch_app, name="dispatch")
 from tunefw.cli_verify import verify_cmd  # noqa: E402  (tunefw verify ...)
 app.command("verify")(verify_cmd)
 
-out = Console()
+out = console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state: dict = {"db": None, "stores": []}
 
@@ -173,12 +174,13 @@ def study_delete(name: str = typer.Argument(..., help="Study name.")) -> None:
 def trial_show(trial_id: int = typer.Argument(..., help="Trial id (as in study show)."),
                as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A trial's config, outcome, timings, device and log."""
+    from tunefw.store import queries as q
     from tunefw.store.models import Trial
     store = _store()
     with store.session() as s:
         t = s.get(Trial, trial_id)
         if t is None:
-            raise UserError(f"trial {trial_id} not found")
+            raise UserError(f"trial {trial_id} not found in {q.database_of(s)}")
         data = {c.name: getattr(t, c.name) for c in Trial.__table__.columns}
         data["ratio"] = t.ratio  # to the cuBLAS of the same screen: what the search ranked by
     data["created_at"] = str(data["created_at"])
@@ -436,11 +438,32 @@ def report_cmd(
               + (" (SIMULATED)" if data["simulated"] else ""))
 
 
+def hoist_db(args: List[str]) -> List[str]:
+    """``--db URL`` (or ``--db=URL``) may be typed after the subcommand, where people type it;
+    it moves to the front, where the app's callback reads it."""
+    front, rest, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest += args[i:]
+            break
+        if a == "--db" and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 2
+            continue
+        if a.startswith("--db="):
+            front.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 def run(args: List[str]) -> int:
     """Run the app on ``args``; every error becomes one line on stderr; returns the exit code."""
     from tunefw.cli_exit import run_command
     try:
-        return run_command(typer.main.get_command(app), args, err)
+        return run_command(typer.main.get_command(app), hoist_db(list(args)), err)
     finally:
         while _state["stores"]:
             _state["stores"].pop().close()

@@ -5,11 +5,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
+
+from tunefw.cli_console import console
 
 dispatch_app = typer.Typer(help="Explain, calibrate and describe dispatch tables.",
                            no_args_is_help=True)
-out = Console()
+out = console()
 
 
 @dispatch_app.command("explain")

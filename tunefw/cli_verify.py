@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-out = Console()
+from tunefw.cli_console import console
+
+out = console()
 
 
 def verify_cmd(

@@ -40,14 +40,21 @@ def get_study(s: Session, name: str | None) -> Study:
     if name is None:
         study = s.scalar(select(Study).order_by(Study.created_at.desc(), Study.id.desc()))
         if study is None:
-            raise UserError("no study yet: create one with `tunefw study create NAME --from FILE`")
+            raise UserError(f"no study yet in {database_of(s)}: create one with "
+                            "`tunefw study create NAME --from FILE`")
         return study
     study = s.scalar(select(Study).where(Study.name == name))
     if study is None:
         known = s.scalars(select(Study.name)).all()
         hint = f"; known: {', '.join(known)}" if known else ""
-        raise UserError(f"study {name!r} not found{hint}")
+        raise UserError(f"study {name!r} not found in {database_of(s)}{hint}")
     return study
+
+
+def database_of(s: Session) -> str:
+    """The database a session reads, as messages show it (password masked)."""
+    from tunefw.store.files import shown_url
+    return shown_url(str(s.get_bind().url))
 
 
 def optuna_name(study_name: str, problem_key: str, round_: int) -> str:

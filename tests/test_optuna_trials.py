@@ -151,7 +151,9 @@ def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path):
 
 
 def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
-    _run(store, _search(store, "s/p/r0"))
+    own = q.optuna_name("s", "4096x4096x4096:bf16:TN", 0)  # what a launch of study s names it
+    _run(store, _search(store, own))
     optuna.create_study(study_name="other/p/r0", storage=db_url)
+    optuna.create_study(study_name="s/p/r0", storage=db_url)  # not a name study s can own
     assert run_cli("study", "delete", "s", db=db_url).returncode == 0
-    assert optuna.get_all_study_names(db_url) == ["other/p/r0"]
+    assert sorted(optuna.get_all_study_names(db_url)) == ["other/p/r0", "s/p/r0"]

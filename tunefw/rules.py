@@ -20,12 +20,15 @@ For a problem (M, N, K, dtype, layout) on the table's device:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tunefw.device import DeviceSpec
-from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
+
+if TYPE_CHECKING:  # dispatch.py's table calls decide(): the types only, no import cycle
+    from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
 
 PATHS = ("exact", "bucket", "nearest", "calibrated", "guarded", "cublas")
 

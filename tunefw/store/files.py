@@ -11,7 +11,7 @@ from typing import Iterator
 from urllib.parse import quote
 
 import optuna
-from sqlalchemy import Engine, make_url
+from sqlalchemy import Engine, event, make_url
 
 from tunefw.errors import UserError
 
@@ -93,7 +93,6 @@ def creation_lock(url: str, engine: Engine) -> Iterator[None]:
 def _rdb(url: str) -> optuna.storages.RDBStorage:
     if not url.startswith("sqlite"):
         return optuna.storages.RDBStorage(url)
-    from tunefw.store.session import sqlite_pragmas  # (session imports this module)
     storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
     sqlite_pragmas(storage.engine)
     storage.engine.dispose()  # connections opened before the pragmas are dropped
@@ -110,3 +109,19 @@ def optuna_storage(url: str, engine: Engine) -> optuna.storages.RDBStorage:
     made before Optuna's tables were created up front gets them under the creation lock."""
     with creation_lock(url, engine):
         return _rdb(url)
+
+
+def sqlite_pragmas(engine: Engine, query_only: bool = False) -> None:
+    """Per connection: wait for locks instead of failing, enforce foreign keys, and in WAL mode
+    fsync at checkpoints only (an application crash loses nothing; a power cut may lose the
+    last transactions, which a resumed launch re-runs); ``query_only``: refuse every write."""
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        if query_only:
+            cur.execute("PRAGMA query_only=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()

@@ -10,12 +10,12 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from tunefw.errors import UserError
 from tunefw.store.files import (check_sqlite_path, creation_lock, optuna_tables, readonly_url,
-                                shown_url, sqlite_path)
+                                shown_url, sqlite_path, sqlite_pragmas)
 from tunefw.store.models import SCHEMA_VERSION, Meta
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -28,22 +28,6 @@ def resolve_url(url: str | None) -> str:
     """--db, else $TUNEFW_DB, else ./tunefw.db; a plain file path means that SQLite file."""
     url = url or os.environ.get("TUNEFW_DB") or DEFAULT_URL
     return url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"
-
-
-def sqlite_pragmas(engine: Engine, query_only: bool = False) -> None:
-    """Per connection: wait for locks instead of failing, enforce foreign keys, and in WAL mode
-    fsync at checkpoints only (an application crash loses nothing; a power cut may lose the
-    last transactions, which a resumed launch re-runs); ``query_only``: refuse every write."""
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn, _record) -> None:
-        cur = dbapi_conn.cursor()
-        if query_only:
-            cur.execute("PRAGMA query_only=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
 
 
 def _engine(url: str, readonly: bool = False) -> Engine:

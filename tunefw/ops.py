@@ -22,9 +22,13 @@ _state: dict = {"dispatcher": None, "env_read": False}
 _lock = threading.Lock()
 
 
-def set_dispatch(path_or_table: str | Path | DispatchTable | None, **options) -> Dispatcher | None:
-    """Make the table the one tunefw::gemm serves from (None: back to torch.matmul)."""
-    dispatcher = Dispatcher(path_or_table, **options) if path_or_table is not None else None
+def set_dispatch(path_or_table: str | Path | DispatchTable | Dispatcher | None,
+                 **options) -> Dispatcher | None:
+    """Make the table (or Dispatcher) the one tunefw::gemm serves from (None: torch.matmul)."""
+    if isinstance(path_or_table, Dispatcher) or path_or_table is None:
+        dispatcher = path_or_table
+    else:
+        dispatcher = Dispatcher(path_or_table, **options)
     with _lock:
         _state["dispatcher"], _state["env_read"] = dispatcher, True
     return dispatcher
@@ -84,8 +88,8 @@ _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 def _eager(x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether a call may skip the op: eager, plain tensors, no dispatch mode active."""
-    return (type(x) is _Tensor and (type(w) is _Parameter or type(w) is _Tensor)
-            and not _is_compiling() and not _dispatch_modes())
+    return (not _is_compiling() and type(x) is _Tensor
+            and (type(w) is _Parameter or type(w) is _Tensor) and not _dispatch_modes())
 
 
 def _records_grad(x: torch.Tensor, w: torch.Tensor) -> bool:

@@ -4,7 +4,8 @@ A fake dispatcher returns a preallocated C, so what is timed is the layers above
 the op's registration (dispatcher keys, autograd wrapper, Python impl), ``tunefw.gemm`` and
 ``tunefw.Linear.forward``. The reference is ``nn.Linear`` / ``F.linear`` on a 1x8x8 problem
 (its compute is a few ns, so its time is its host cost). On the meta device nothing computes at
-all and tunefw.Linear takes its non-CPU path (dispatcher.gemm + bias add), the one a GPU takes. Alternative registrations of the same
+all and tunefw.Linear takes its non-CPU path (dispatcher.gemm + bias add), the one a GPU takes;
+there compare it with the op (nn.Linear and F.linear run Python meta kernels: no reference). Alternative registrations of the same
 op are built here in their own namespace to compare them on one machine in one run:
 
 - ``custom_op``: ``torch.library.custom_op`` + register_fake + register_autograd (tunefw before)
@@ -13,7 +14,7 @@ op are built here in their own namespace to compare them on one machine in one r
 
     PYTHONPATH=. python3 benchmarks/host_overhead_cpu.py [--number 20000] [--out FILE.json]
 
-Prints one line per case (best of 7 repeats, microseconds per call); with --out, writes JSON.
+Prints one line per case (best of 11 repeats, microseconds per call); with --out, writes JSON.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from tunefw import ops  # noqa: E402
 
 M, N, K = 1, 8, 8
 ALT: dict = {}
+REPEAT = 11
 
 
 class FakeDispatcher:
@@ -102,7 +104,7 @@ def _alternatives(fake: FakeDispatcher) -> dict:
 
 
 def _us(stmt, number: int) -> float:
-    return min(timeit.repeat(stmt, number=number, repeat=7)) / number * 1e6
+    return min(timeit.repeat(stmt, number=number, repeat=REPEAT)) / number * 1e6
 
 
 def measure(number: int) -> dict:
@@ -149,7 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     result = measure(args.number)
     for mode, cases in result.items():
-        print(f"[{mode}] us per call (best of 7 x {args.number}), {M}x{N}x{K} fp32")
+        print(f"[{mode}] us per call (best of {REPEAT} x {args.number}), {M}x{N}x{K} fp32")
         for name, us in cases.items():
             print(f"  {name:48s} {us:8.2f}")
     if args.out:

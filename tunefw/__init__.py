@@ -1,12 +1,15 @@
 """tunefw: a distributed autotuner for GPU GEMM kernels.
 
-``tunefw.gemm``, ``tunefw.Linear``, ``tunefw.set_dispatch`` and ``tunefw.Dispatcher`` load torch
+``tunefw.gemm``, ``tunefw.Linear``, ``tunefw.set_dispatch``, ``tunefw.Dispatcher``,
+``tunefw.patch`` and ``tunefw.unpatch`` load torch
 on first access (the CLI does not pay for them).
 """
 __version__ = "0.1.0"
 
 _LAZY = {"gemm": "tunefw.ops", "Linear": "tunefw.ops", "set_dispatch": "tunefw.ops",
-         "get_dispatcher": "tunefw.ops", "Dispatcher": "tunefw.runtime"}
+         "get_dispatcher": "tunefw.ops", "Dispatcher": "tunefw.runtime",
+         "patch": "tunefw.patching", "unpatch": "tunefw.patching",
+         "PatchReport": "tunefw.patching"}
 
 
 def __getattr__(name: str):

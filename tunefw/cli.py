@@ -75,18 +75,31 @@ def study_create(
                                          "(default 64)."),
     sampler: Optional[str] = typer.Option(None, "--sampler", help="tpe | random | grid | cmaes."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 (default bf16)."),
+    from_model: Optional[str] = typer.Option(
+        None, "--from-model", metavar="PATH|module:function",
+        help="The nn.Linear shapes of a model: a transformers config.json or model directory "
+             "on disk, or a function returning an nn.Module (built on the meta device)."),
+    m_grid: str = typer.Option("both", "--m-grid", metavar="decode|prefill|both|LIST",
+                               help="Token counts M for --from-model (README: the M grid)."),
 ) -> None:
-    """Create a study from a YAML file and/or --shape options."""
+    """Create a study from a YAML file, --shape options and/or a model's linear layers."""
     from tunefw.study import load_study_file, parse_study
 
-    if from_file is None and not shape:
-        raise UserError("study create: give --from FILE or at least one --shape MxNxK")
+    if from_file is None and not shape and from_model is None:
+        raise UserError("study create: give --from FILE, --from-model PATH or at least one "
+                        "--shape MxNxK")
     data: dict = {}
     if from_file is not None:
         data = load_study_file(from_file, name).to_dict()
     data["name"] = name
     if shape:
         data["problems"] = list(data.get("problems", [])) + [{"shape": s} for s in shape]
+    if from_model is not None:  # the model's own layers, unfused (tunefw.model_shapes)
+        from tunefw.model_shapes import study_problems
+        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"))
+        data["problems"] = list(data.get("problems", [])) + problems
+        for note in notes:
+            out.print(note, markup=False, highlight=False)
     for key, value in (("families", list(family) or None), ("trials", trials),
                        ("sampler", sampler), ("dtype", dtype)):
         if value is not None:

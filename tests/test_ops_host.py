@@ -1,0 +1,117 @@
+"""The tunefw::gemm op and tunefw.Linear's paths (CPU): compile, autograd, the eager fast path."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tunefw
+from tunefw import ops
+
+
+class Recording:
+    """A dispatcher that records its calls and returns a + 1 @ b.T (so a call is visible)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        self.calls.append((tuple(a.shape), tuple(b.shape), a.device.type))
+        return torch.matmul(a, b.t()) + 1
+
+
+@pytest.fixture
+def recording():
+    saved = dict(ops._state)
+    fake = Recording()
+    ops._state.update(dispatcher=fake, env_read=True)
+    yield fake
+    ops._state.clear()
+    ops._state.update(saved)
+
+
+def test_op_is_a_plain_library_op_with_fake_and_autograd(recording):
+    ops._state["dispatcher"] = None
+    op = torch.ops.tunefw.gemm.default
+    assert str(op._schema) == "tunefw::gemm(Tensor a, Tensor b) -> Tensor"
+    torch.library.opcheck(op, (torch.randn(5, 16, requires_grad=True), torch.randn(24, 16, requires_grad=True)))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_op_under_compile_appears_in_the_graph_and_matches(recording, backend):
+    seen = []
+
+    def capture(gm, example_inputs):
+        seen.extend(n.target for n in gm.graph.nodes)
+        return torch._dynamo.lookup_backend(backend)(gm, example_inputs)
+
+    a, b = torch.randn(6, 32), torch.randn(16, 32)
+    compiled = torch.compile(lambda a, b: tunefw.gemm(a, b) * 2, backend=capture, fullgraph=True)
+    assert torch.equal(compiled(a, b), (torch.matmul(a, b.t()) + 1) * 2)  # the dispatcher served it
+    assert torch.ops.tunefw.gemm.default in seen
+    torch._dynamo.reset()
+
+
+def test_op_gradients_match_f_linear(recording):
+    ops._state["dispatcher"] = None  # torch.matmul values, so F.linear is the reference
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, 16, dtype=torch.float64, requires_grad=True)
+    out = tunefw.gemm(a, b)
+    ga, gb = torch.autograd.grad((out * out).sum(), (a, b))
+    ref = F.linear(a, b)
+    ra, rb = torch.autograd.grad((ref * ref).sum(), (a, b))
+    assert torch.allclose(out, ref) and torch.allclose(ga, ra) and torch.allclose(gb, rb)
+    assert torch.autograd.gradcheck(tunefw.gemm, (a[:1, :2], b[:3]))
+
+
+def test_compiled_linear_backward_matches_f_linear(recording):
+    ops._state["dispatcher"] = None
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(16, 8, dtype=torch.float64)
+    mine = tunefw.Linear.from_linear(ref)
+    x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
+    y = torch.compile(mine, backend="aot_eager")(x)
+    gx, gw, gb = torch.autograd.grad(y.square().sum(), (x, ref.weight, ref.bias))
+    y_ref = ref(x)
+    rx, rw, rb = torch.autograd.grad(y_ref.square().sum(), (x, ref.weight, ref.bias))
+    assert torch.allclose(y, y_ref) and torch.allclose(gx, rx)
+    assert torch.allclose(gw, rw) and torch.allclose(gb, rb)
+    torch._dynamo.reset()
+
+
+def test_eager_cpu_linear_is_f_linear_and_skips_the_dispatcher(recording):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(16, 8, dtype=torch.bfloat16)
+    mine = tunefw.Linear.from_linear(ref)
+    x = torch.randn(3, 5, 16, dtype=torch.bfloat16)
+    assert torch.equal(mine(x), ref(x)) and recording.calls == []
+    with torch.no_grad():
+        assert torch.equal(tunefw.gemm(x[0], ref.weight), torch.matmul(x[0], ref.weight.t()) + 1)
+    assert recording.calls == [((5, 16), (8, 16), "cpu")]  # tunefw.gemm itself asks the dispatcher
+
+
+def test_non_cpu_linear_goes_straight_to_the_dispatcher_without_grad(recording):
+    # The meta device stands in for CUDA: not CPU, so the dispatcher path; nothing computes.
+    mine = tunefw.Linear(16, 8, device="meta")
+    x = torch.empty(2, 3, 16, device="meta")
+    with torch.no_grad():
+        y = mine(x)
+    assert (y.shape, y.device.type) == ((2, 3, 8), "meta")
+    assert recording.calls == [((6, 16), (8, 16), "meta")]  # one call, on the flattened input
+    y = mine(x)  # the weight requires grad: the op (its Meta kernel), not the dispatcher
+    assert y.shape == (2, 3, 8) and y.requires_grad and len(recording.calls) == 1
+
+
+def test_dispatch_modes_and_fake_tensors_take_the_op(recording):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mine = tunefw.Linear(16, 8, bias=False)
+    x = torch.randn(4, 16)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        y = mine(x)
+    assert torch.equal(y, torch.matmul(x, mine.weight.t()) + 1)  # served by the dispatcher, via the op
+    assert recording.calls == [((4, 16), (8, 16), "cpu")]
+    # The mode saw the tunefw::gemm op (no flop formula: 0), not the dispatcher's own matmul
+    # (which a direct call would have shown it: 2*4*8*16 flops).
+    assert counter.get_total_flops() == 0

@@ -204,3 +204,26 @@ def test_cuda_failures_become_outcomes():
         Status.COMPILE_ERROR, False)
     # the same resource code while the kernel runs means a poisoned context, not a rejection
     assert classify(CudaFailure(E.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "run", "k"))[1] is True
+
+
+def test_graphs_cycle_over_operand_copies_past_l2():
+    l2 = 60 * 2**20
+    assert method.rotation_copies(2 * 4096 * 4096, l2) == 6  # a 32 MB weight: 6 sets, 192 MB
+    assert method.rotation_copies(2 * 28672 * 4096, l2) == 1  # 235 MB never stays in L2
+    assert method.rotation_copies(16, l2) == method.ROTATE_MAX_COPIES
+
+
+
+def test_a_captured_graph_cycles_over_its_launches(monkeypatch):
+    import contextlib
+
+    class Graph:
+        def replay(self) -> None:
+            pass
+    monkeypatch.setattr(method.torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(method.torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    captured: list[int] = []
+    method.capture_graph([lambda i=i: captured.append(i) for i in range(3)], 7)
+    assert captured == [0, 1, 2, 0, 1, 2, 0]  # launch i of the graph reads operand set i mod 3
+    method.capture_graph(lambda: captured.append(9), 2)
+    assert captured[-2:] == [9, 9]

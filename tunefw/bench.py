@@ -69,16 +69,20 @@ def _tflops(problem: GemmProblem, ms: float) -> float:
     return problem.flops / (ms * 1e-3) / 1e12
 
 
-def time_paths(paths: dict[str, Callable[[], object]], flush: method.L2Flush) -> dict[str, method.Timing]:
-    """Screen every path; if the fastest runs under GRAPH_BELOW_MS, time all as CUDA graphs."""
+def time_paths(paths: dict[str, Callable[[], object]], flush: method.L2Flush,
+               rotations: Callable[[], dict[str, list[Callable[[], object]]]] | None = None
+               ) -> dict[str, method.Timing]:
+    """Screen every path; if the fastest runs under GRAPH_BELOW_MS, time all as CUDA graphs,
+    each cycling over ``rotations()``'s operand copies (as the sweep's evaluator does)."""
     wait = torch.cuda.synchronize
     timings = {name: method.screen(fn, flush, wait) for name, fn in paths.items()}
     fastest = min(t.median_ms for t in timings.values())
     if fastest >= method.GRAPH_BELOW_MS:
         return timings
     repeats = method.graph_repeats(fastest)
-    return {name: method.screen(method.capture_graph(fn, repeats), flush, wait,
-                                launches_per_sample=repeats) for name, fn in paths.items()}
+    cycled = rotations() if rotations else {name: [fn] for name, fn in paths.items()}
+    return {name: method.screen(method.capture_graph(cycled[name], repeats), flush, wait,
+                                launches_per_sample=repeats) for name in paths}
 
 
 def verify_raw(plan, a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, dtype: str,
@@ -132,7 +136,18 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
         triton(a, b, t_out)
         row["triton_wrong"] = not method.verify(t_out, ref, problem.dtype, baseline=cublas_out).ok
         paths["triton"] = lambda: triton(a, b, t_out)
-    timings = time_paths(paths, flush)
+    def rotations() -> dict[str, list[Callable[[], object]]]:
+        """Every path over the same operand copies (A and B cloned; the first set is a, b)."""
+        per_copy = (a.numel() + b.numel()) * a.element_size()
+        sets = [(a, b)] + [(a.clone(), b.clone())
+                           for _ in range(method.rotation_copies(per_copy, flush.l2_bytes) - 1)]
+        cycled = {"tunefw": [lambda x=x, y=y: dispatcher.gemm(x, y) for x, y in sets],
+                  "cublas": [lambda x=x, y=y: torch.mm(x, y.t(), out=scratch) for x, y in sets]}
+        if "triton" in paths:
+            cycled["triton"] = [lambda x=x, y=y: triton(x, y, t_out) for x, y in sets]
+        return cycled
+
+    timings = time_paths(paths, flush, rotations)
     row["tflops"] = _tflops(problem, timings["tunefw"].median_ms)
     row["cublas_tflops"] = _tflops(problem, timings["cublas"].median_ms)
     row["ratio"] = row["tflops"] / row["cublas_tflops"]

@@ -7,7 +7,6 @@ later call on a poisoned evaluator is refused the same way.
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import OrderedDict
@@ -31,8 +30,6 @@ MODULES_KEPT = 64
 INPUT_SETS_KEPT = 2
 POLL_S = 1e-4
 WARM_UP_S = 1.0
-ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
-ROTATE_MAX_COPIES = 64
 SMALL_GRID_SMS = 8  # strict verification's small grid for kernels whose grid follows the SM count
 
 
@@ -302,14 +299,11 @@ class CudaEvaluator:
         return self._inputs[key]
 
     def _copies(self, problem: GemmProblem, inputs: _Inputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(A, B) and enough copies of them that a graph's launches, cycling over the copies,
-        read more than ROTATE_L2_FACTOR x L2 between two uses of one: a decode GEMM's weight
-        (32 MB at 1x4096x4096) fits the H200's L2, and back-to-back launches on one copy would
-        time L2, not HBM, where a served model reads each layer's weight after all the others."""
+        """(A, B) and the copies a timing graph cycles over (method.rotation_copies)."""
         key = (problem.key(), inputs.a.data_ptr())
         if self._rotation_key != key:
             per_copy = inputs.a.numel() * inputs.a.element_size() + inputs.b.numel() * inputs.b.element_size()
-            count = min(ROTATE_MAX_COPIES, max(1, math.ceil(ROTATE_L2_FACTOR * self._spec.l2_bytes / per_copy)))
+            count = method.rotation_copies(per_copy, self._spec.l2_bytes)
             self._rotation = [(inputs.a, inputs.b)] + [(inputs.a.clone(), inputs.b.clone())
                                                        for _ in range(count - 1)]
             self._rotation_key = key

@@ -139,6 +139,7 @@ class L2Flush:
     """Evicts the L2 between launches by writing a buffer twice its size."""
 
     def __init__(self, l2_bytes: int, device: torch.device | str = "cuda") -> None:
+        self.l2_bytes = l2_bytes
         self.buffer = torch.empty(max(2 * l2_bytes, 2**20), dtype=torch.uint8, device=device)
 
     def __call__(self) -> None:
@@ -210,6 +211,18 @@ def anchored_screen(launch: Callable[[], None], anchor: Callable[[], None],
     return interleaved(launch, anchor, flush, wait, min_launches=SCREEN_LAUNCHES,
                        min_ms=ANCHORED_SCREEN_MIN_MS, warmup_ms=ANCHORED_WARMUP_MIN_MS,
                        launches_per_sample=launches_per_sample)
+
+
+ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
+ROTATE_MAX_COPIES = 64
+
+
+def rotation_copies(bytes_per_copy: int, l2_bytes: int) -> int:
+    """How many operand sets a timing graph cycles over so that a set is reused only after
+    ROTATE_L2_FACTOR x L2 of other traffic: a decode GEMM's weight (32 MB at 1x4096x4096) fits
+    the H200's L2, and back-to-back launches on one set would time L2, not HBM, where a served
+    model reads each layer's weight after all the others."""
+    return min(ROTATE_MAX_COPIES, max(1, math.ceil(ROTATE_L2_FACTOR * l2_bytes / max(bytes_per_copy, 1))))
 
 
 def graph_repeats(per_launch_ms: float) -> int:

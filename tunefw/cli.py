@@ -290,11 +290,21 @@ def launch(
 def export_cmd(
     path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
-    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header)."),
+    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header) | sweep "
+                            "(recorded sweeps: PATH is a directory, or a file for one problem)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
+    problem: Optional[str] = typer.Option(None, "--problem", metavar="MxNxK",
+                                          help="--format sweep: only this problem."),
 ) -> None:
-    """Write the study's winners as a dispatch table (schema in the README)."""
+    """Write the study's winners as a dispatch table (schema in the README), or its sweeps."""
+    if fmt == "sweep":
+        from tunefw.problem import parse_shape
+        from tunefw.sweepfile import export_sweeps
+        paths = export_sweeps(_store(create=False), study, path,
+                              parse_shape(problem) if problem else None)
+        out.print(f"wrote {len(paths)} sweep file(s) under {path}")
+        return
     from tunefw.export import export
     table = export(_store(), path, study, fmt, allow_mixed)
     out.print(f"wrote {path}: {len(table.entries)} entries"

@@ -120,9 +120,11 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
         print(json.dumps(summary, indent=2))
         return
     sim = bool(summary["stats"] and summary["stats"].get("simulated"))
+    replay = bool(summary["stats"] and summary["stats"].get("replay"))
     table = Table("problem", "evaluated", "ok", "outcomes", "best vs cuBLAS", "TFLOP/s",
                   "cuBLAS", "family", "trial",
-                  title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
+                  title=f"study {study.name}" + (" (SIMULATED)" if sim else "")
+                  + (" (REPLAY)" if replay else ""))
     for p in summary["problems"]:
         best = p["best"] or {}
         outcomes = ", ".join(f"{k}:{v}" for k, v in p["outcomes"].items())
@@ -224,8 +226,12 @@ def db_upgrade() -> None:
 
 # ---- launch, export, compile --------------------------------------------------------------
 def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
+    if backend.startswith("replay:"):
+        from tunefw.evaluate.replay import parse_backend
+        parse_backend(backend)  # a bad spec fails here, before Ray starts
+        return "replay"
     if backend not in ("auto", "sim", "cuda"):
-        raise UserError(f"--backend {backend!r}: expected auto, sim or cuda")
+        raise UserError(f"--backend {backend!r}: expected auto, sim, cuda or replay:PATH")
     if gpus < 1:
         raise UserError(f"--gpus {gpus}: expected at least 1")
     if backend == "sim" or (backend == "auto" and address is None and _local_gpus() == 0):
@@ -250,7 +256,8 @@ def launch(
     study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
     gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
     backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
-                                "else sim) | sim (SIMULATED device on CPU) | cuda."),
+                                "else sim) | sim (SIMULATED device on CPU) | cuda | "
+                                "replay:PATH[?delay=S] (answer from recorded sweeps)."),
     address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
                                           "(e.g. 127.0.0.1:6379) instead of starting one."),
     new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
@@ -273,7 +280,8 @@ def launch(
     if time_limit is not None and time_limit <= 0:
         raise UserError(f"--time-limit {time_limit:g}: expected a positive number of seconds")
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
-                            cache_dir=cache_dir, time_limit_s=time_limit)
+                            cache_dir=cache_dir, time_limit_s=time_limit,
+                            replay=backend if chosen == "replay" else None)
     with LaunchProgress(out) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
     if not stats["trials"]:
@@ -281,7 +289,8 @@ def launch(
         return
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
-              + (" [SIMULATED]" if stats["simulated"] else ""))
+              + (" [SIMULATED]" if stats["simulated"] else "")
+              + (" [REPLAY]" if stats.get("replay") else ""))
     if stats["stopped_at_time_limit"]:
         out.print("time limit reached: trials in flight were finished; launch again to resume")
 
@@ -308,7 +317,8 @@ def export_cmd(
     from tunefw.export import export
     table = export(_store(), path, study, fmt, allow_mixed)
     out.print(f"wrote {path}: {len(table.entries)} entries"
-              + (" (SIMULATED device)" if table.simulated else ""))
+              + (" (SIMULATED device)" if table.simulated else "")
+              + (" (REPLAY of recorded sweeps)" if table.fingerprint.get("replay") else ""))
 
 
 @app.command("compile")

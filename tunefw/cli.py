@@ -386,6 +386,40 @@ def bench_cmd(
         write_atomic(html_path, bench_html(result))
 
 
+@app.command("search-eval")
+def search_eval_cmd(
+    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them."),
+    samplers: str = typer.Option("tpe,random,grid", "--samplers",
+                                 help="Comma-separated: tpe, random, grid, cmaes."),
+    seeds: int = typer.Option(20, "--seeds", help="Seeded runs per sweep and sampler."),
+    budgets: str = typer.Option("16,32,64,128", "--budgets", help="Comma-separated budgets."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+) -> None:
+    """Offline: trials each sampler needs to reach 1/2/5% of a recorded sweep's best."""
+    from tunefw.fileio import write_atomic
+    from tunefw.search_eval import search_eval, table_rows
+    try:
+        budget_list = [int(b) for b in budgets.split(",") if b.strip()]
+    except ValueError:
+        raise UserError(f"--budgets {budgets!r}: expected comma-separated integers") from None
+    result = search_eval([str(p) for p in sweeps], [x.strip() for x in samplers.split(",")
+                                                    if x.strip()], seeds, budget_list)
+    table = Table("sweep", "space", "sampler", *(f"trials to {t}" for t in result["thresholds"]),
+                  *(f"best@{b}" for b in result["budgets"]),
+                  title=f"search-eval: median over {seeds} seeds")
+    for row in table_rows(result):
+        table.add_row(*row)
+    out.print(table)
+    for name, s in result["summary"].items():
+        out.print(f"{name}: median trials to 1/2/5% " + "/".join(
+            "-" if v is None else f"{v:g}" for v in s["median_trials_to"].values())
+            + f"; within 2% at 64 trials on {s['sweeps_within_2pct_at_64']} of {s['sweeps']}")
+    for skip in result["skipped"]:
+        out.print(f"skipped {skip['path']}: {skip['reason']}", markup=False)
+    if out_path:
+        write_atomic(out_path, json.dumps(result, indent=2) + "\n")
+
+
 @app.command("report")
 def report_cmd(
     study: str = typer.Argument(..., help="Study name."),

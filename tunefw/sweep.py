@@ -148,13 +148,14 @@ class Sweep:
 
     # ---- set-up -------------------------------------------------------------------------------
     def _open(self) -> None:
-        replay = None
+        replay = replay_spec = None
         if self.options.backend == "replay":  # the driver reads the sweeps too: it checks them
             from tunefw.evaluate.replay import ReplaySource, parse_backend
-            replay = ReplaySource(parse_backend(self.options.replay or "")[0])
+            path, delay = parse_backend(self.options.replay or "")
+            replay, replay_spec = ReplaySource(path), f"replay:{path}?delay={delay!r}"
         connect(self.options.address, self.options.gpus, self.options.backend)
         self.pool = WorkerPool(self.options.gpus, self.options.backend, self.spec.sim,
-                               self.spec.timeout_s, self.options.replay)
+                               self.spec.timeout_s, replay_spec)
         info = self.pool.infos[0]
         self.device: DeviceSpec = info["device"]
         self.fingerprint: dict = info["fingerprint"]

@@ -218,14 +218,22 @@ def summarize(entries: list[dict], samplers: list[str]) -> dict:
     """Per sampler over the sweeps: median of the per-sweep medians, sweeps reached in budget."""
     out = {}
     for name in samplers:
-        per = [e["samplers"][name] for e in entries]
+        have = [e for e in entries if name in e["samplers"]]
+        per = [e["samplers"][name] for e in have]
         out[name] = {
             "median_trials_to": {t: _median(p["median_trials_to"][t] for p in per)
                                  for t in (f"{x:.0%}" for x in THRESHOLDS)},
             "sweeps_within_2pct_at_64": sum(
-                1 for e, p in zip(entries, per) if p["median_best_at"].get("64") is not None
+                1 for e, p in zip(have, per) if p["median_best_at"].get("64") is not None
                 and p["median_best_at"]["64"] >= 0.98 * e["reference_ratio"]),
             "sweeps": len(per)}
+        if name != "random":  # issue 17's bar: fewer trials to 2% than random search
+            pairs = [(e["samplers"][name]["median_trials_to"]["2%"],
+                      e["samplers"]["random"]["median_trials_to"]["2%"])
+                     for e in have if "random" in e["samplers"]]
+            out[name]["sweeps_fewer_trials_to_2pct_than_random"] = sum(
+                1 for a, b in pairs if a is not None and (b is None or a < b))
+            out[name]["sweeps_compared_with_random"] = len(pairs)
     return out
 
 
@@ -234,7 +242,7 @@ def table_rows(result: dict) -> list[list[str]]:
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     rows = []
     for e in result["sweeps"]:
-        for name, s in e["samplers"].items():
+        for name, s in e["samplers"].items():  # noqa: B007
             rows.append([f"{e['study']}/{e['problem'].split(':')[0]}", str(e["space"]), name]
                         + [fmt(s["median_trials_to"][t], "g") for t in result["thresholds"]]
                         + [fmt(s["median_best_at"][str(b)], ".3f") for b in result["budgets"]])

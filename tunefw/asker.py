@@ -32,6 +32,7 @@ class AskState:
     evaluated: int = 0  # driver
     in_flight: int = 0  # driver
     exhausted: bool = False  # asker: the valid space has nothing new
+    recorded: frozenset | None = None  # replay: the only keys the search may propose
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def room(self) -> int:
@@ -46,7 +47,9 @@ class _Known:
         self.st = st
 
     def __contains__(self, key: object) -> bool:
-        return key in self.st.known or key in self.st.reserved
+        # A replay's unrecorded configs count as known: screened out, skipped by a grid.
+        return (key in self.st.known or key in self.st.reserved
+                or (self.st.recorded is not None and key not in self.st.recorded))
 
     def __iter__(self):
         # list() of a set runs without releasing the GIL: the driver cannot change it midway
@@ -118,6 +121,9 @@ class Asker:
         if prop is None:
             st.exhausted = True
             return
+        if prop.invalid_reason is None and st.recorded is not None and prop.key not in st.recorded:
+            from tunefw.evaluate.replay import NOT_RECORDED_REASON
+            prop.invalid_reason = NOT_RECORDED_REASON  # answered NOT_RECORDED, like a reject
         if prop.invalid_reason is not None:
             st.search.tell(prop.trial, None)
             if prop.key not in st.known and prop.key not in st.reserved:

@@ -149,9 +149,11 @@ def study_show(name: str = typer.Argument(..., help="Study name."),
         print(json.dumps(summary, indent=2))
         return
     sim = bool(summary["stats"] and summary["stats"].get("simulated"))
+    replay = bool(summary["stats"] and summary["stats"].get("replay"))
     table = Table("problem", "evaluated", "ok", "outcomes", "best vs cuBLAS", "TFLOP/s",
                   "cuBLAS", "family", "trial", "export",
-                  title=f"study {study.name}" + (" (SIMULATED)" if sim else ""))
+                  title=f"study {study.name}" + (" (SIMULATED)" if sim else "")
+                  + (" (REPLAY)" if replay else ""))
     for p in summary["problems"]:
         best = p["best"] or {}
         outcomes = ", ".join(f"{k}:{v}" for k, v in p["outcomes"].items())
@@ -256,8 +258,12 @@ def db_upgrade() -> None:
 
 # ---- launch, export, compile --------------------------------------------------------------
 def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
+    if backend.startswith("replay:"):
+        from tunefw.evaluate.replay import parse_backend
+        parse_backend(backend)  # a bad spec fails here, before Ray starts
+        return "replay"
     if backend not in ("auto", "sim", "cuda"):
-        raise UserError(f"--backend {backend!r}: expected auto, sim or cuda")
+        raise UserError(f"--backend {backend!r}: expected auto, sim, cuda or replay:PATH")
     if gpus < 1:
         raise UserError(f"--gpus {gpus}: expected at least 1")
     if backend == "sim" or (backend == "auto" and address is None and _local_gpus() == 0):
@@ -288,7 +294,8 @@ def launch(
     study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
     gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
     backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
-                                "else sim) | sim (SIMULATED device on CPU) | cuda."),
+                                "else sim) | sim (SIMULATED device on CPU) | cuda | "
+                                "replay:PATH[?delay=S] (answer from recorded sweeps)."),
     address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
                                           "(e.g. 127.0.0.1:6379) instead of starting one."),
     new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
@@ -314,7 +321,8 @@ def launch(
     chosen = _pick_backend(backend, gpus, address)
     stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
-                            cache_dir=cache_dir, time_limit_s=time_limit)
+                            cache_dir=cache_dir, time_limit_s=time_limit,
+                            replay=backend if chosen == "replay" else None)
     with LaunchProgress(out) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
     if not stats["trials"]:
@@ -322,7 +330,8 @@ def launch(
         return
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
-              + (" [SIMULATED]" if stats["simulated"] else ""))
+              + (" [SIMULATED]" if stats["simulated"] else "")
+              + (" [REPLAY]" if stats.get("replay") else ""))
     if stats["stopped_at_time_limit"]:
         out.print("time limit reached: trials in flight were finished; launch again to resume")
 
@@ -331,7 +340,8 @@ def launch(
 def export_cmd(
     path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
-    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header)."),
+    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header) | sweep "
+                            "(recorded sweeps: PATH is a directory, or a file for one problem)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
     min_ratio: float = typer.Option(1.0, "--min-ratio", metavar="RATIO",
@@ -340,8 +350,17 @@ def export_cmd(
     from_table: Optional[Path] = typer.Option(None, "--from", metavar="DISPATCH.json",
                                               help="Render this dispatch.json (e.g. a "
                                               "calibrated one) instead of a study's winners."),
+    problem: Optional[str] = typer.Option(None, "--problem", metavar="MxNxK",
+                                          help="--format sweep: only this problem."),
 ) -> None:
-    """Write the study's winners as a dispatch table (schema in the README)."""
+    """Write the study's winners as a dispatch table (schema in the README), or its sweeps."""
+    if fmt == "sweep":
+        from tunefw.problem import parse_shape
+        from tunefw.sweepfile import export_sweeps
+        paths = export_sweeps(_store("read"), study, path,
+                              parse_shape(problem) if problem else None)
+        out.print(f"wrote {len(paths)} sweep file(s) under {path}")
+        return
     from tunefw.export import export, export_table
     if from_table is not None:
         from tunefw.dispatch import load
@@ -351,7 +370,8 @@ def export_cmd(
     losses = sum(e.is_cublas for e in table.entries)
     out.print(f"wrote {path}: {len(table.entries)} entries"
               + (f" ({losses} cuBLAS routes)" if losses else "")
-              + (" (SIMULATED device)" if table.simulated else ""))
+              + (" (SIMULATED device)" if table.simulated else "")
+              + (" (REPLAY of recorded sweeps)" if table.fingerprint.get("replay") else ""))
 
 
 @app.command("family")
@@ -437,6 +457,40 @@ def bench_cmd(
         write_atomic(out_path, json.dumps(result, indent=2) + "\n")
     if html_path:
         write_atomic(html_path, bench_html(result))
+
+
+@app.command("search-eval")
+def search_eval_cmd(
+    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them."),
+    samplers: str = typer.Option("tpe,random,grid", "--samplers",
+                                 help="Comma-separated: tpe, random, grid, cmaes."),
+    seeds: int = typer.Option(20, "--seeds", help="Seeded runs per sweep and sampler."),
+    budgets: str = typer.Option("16,32,64,128", "--budgets", help="Comma-separated budgets."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+) -> None:
+    """Offline: trials each sampler needs to reach 1/2/5% of a recorded sweep's best."""
+    from tunefw.fileio import write_atomic
+    from tunefw.search_eval import search_eval, table_rows
+    try:
+        budget_list = [int(b) for b in budgets.split(",") if b.strip()]
+    except ValueError:
+        raise UserError(f"--budgets {budgets!r}: expected comma-separated integers") from None
+    result = search_eval([str(p) for p in sweeps], [x.strip() for x in samplers.split(",")
+                                                    if x.strip()], seeds, budget_list)
+    table = Table("sweep", "space", "sampler", *(f"trials to {t}" for t in result["thresholds"]),
+                  *(f"best@{b}" for b in result["budgets"]),
+                  title=f"search-eval: median over {seeds} seeds")
+    for row in table_rows(result):
+        table.add_row(*row)
+    out.print(table)
+    for name, s in result["summary"].items():
+        out.print(f"{name}: median trials to 1/2/5% " + "/".join(
+            "-" if v is None else f"{v:g}" for v in s["median_trials_to"].values())
+            + f"; within 2% at 64 trials on {s['sweeps_within_2pct_at_64']} of {s['sweeps']}")
+    for skip in result["skipped"]:
+        out.print(f"skipped {skip['path']}: {skip['reason']}", markup=False)
+    if out_path:
+        write_atomic(out_path, json.dumps(result, indent=2) + "\n")
 
 
 @app.command("report")

@@ -28,8 +28,11 @@ QUEUE_DEPTH = 2  # trials queued per worker: the next is ready the moment one fi
 class GpuWorker:
     """Lives on one GPU (its own CUDA_VISIBLE_DEVICES) and evaluates trials there."""
 
-    def __init__(self, backend: str, sim: SimSettings | None) -> None:
-        if backend == "cuda":
+    def __init__(self, backend: str, sim: SimSettings | None, replay: str | None = None) -> None:
+        if backend == "replay":
+            from tunefw.evaluate.replay import ReplayEvaluator
+            self.evaluator = ReplayEvaluator(replay or "")
+        elif backend == "cuda":
             from tunefw.evaluate.cuda import CudaEvaluator
             self.evaluator = CudaEvaluator()
         else:
@@ -104,8 +107,9 @@ class WorkerPool:
     """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines."""
 
     def __init__(self, n: int, backend: str, sim: SimSettings | None,
-                 timeout_s: float) -> None:
+                 timeout_s: float, replay: str | None = None) -> None:
         self.backend = backend
+        self.replay = replay  # replay:PATH[?delay=S] for the replay backend
         self.sim = sim
         self.timeout_s = timeout_s
         self.slots = [Slot(i) for i in range(n)]
@@ -115,7 +119,7 @@ class WorkerPool:
         self.infos = ray.get([s.ready_ref for s in self.slots])
 
     def _start(self, slot: Slot) -> None:
-        slot.actor = GpuWorker.remote(self.backend, self.sim)
+        slot.actor = GpuWorker.remote(self.backend, self.sim, self.replay)
         slot.started = time.monotonic()
         slot.ready_ref = slot.actor.info.remote()
 

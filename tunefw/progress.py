@@ -34,11 +34,12 @@ class LaunchProgress:
 
     def hook(self, event: str, data: dict) -> None:
         if event == "start":
-            sim = data["backend"] == "sim"
-            self.label = " SIM" if sim else ""
+            sim, replay = data["backend"] == "sim", data["backend"] == "replay"
+            self.label = " SIM" if sim else " REPLAY" if replay else ""
             self.console.print(f"launch [bold]{data['study']}[/] on {len(data['workers'])} "
                                f"worker(s) {data['workers']} - device {data['device']}"
-                               + (" [bold yellow](SIMULATED)[/]" if sim else ""))
+                               + (" [bold yellow](SIMULATED)[/]" if sim else "")
+                               + (" [bold yellow](REPLAY)[/]" if replay else ""))
             for row in data["problems"]:
                 self.tasks[row["id"]] = self.progress.add_task(
                     f"{row['key']}{self.label}", total=row["budget"],

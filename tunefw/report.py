@@ -114,7 +114,7 @@ def best_so_far(trials: Iterable[Any]) -> list[float | None]:
     best: float | None = None
     out = []
     for t in trials:
-        if t.status == Status.INVALID.value:
+        if t.status in (Status.INVALID.value, Status.NOT_RECORDED.value):
             continue
         if t.status == Status.OK.value and t.ratio is not None:
             best = t.ratio if best is None else max(best, t.ratio)

@@ -14,7 +14,7 @@ from tunefw.asker import Asker, AskState
 from tunefw.cluster import Job, WorkerPool, connect
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.evaluate.outcome import NOT_COUNTED, Outcome, Status, TrialSpec
 from tunefw.sampler_host import SamplerHost
 from tunefw.search import DurableMirror, ProblemSearch, trial_attrs
 from tunefw.store.files import optuna_storage
@@ -48,7 +48,7 @@ class ProblemState(AskState):
                              for t in rows if t.optuna_trial is not None])
         for t in rows:
             self.known.add(t.config_key)
-            if t.status != Status.INVALID.value:
+            if t.status not in NOT_COUNTED:
                 self.evaluated += 1
             if t.status == Status.OK.value:
                 self.best = max(self.best, t.ratio or 0.0)
@@ -58,11 +58,12 @@ class ProblemState(AskState):
 @dataclass
 class LaunchOptions:
     gpus: int
-    backend: str  # "sim" | "cuda"
+    backend: str  # "sim" | "cuda" | "replay"
     address: str | None = None
     new_round: bool = False
     cache_dir: Any = None
     time_limit_s: float | None = None
+    replay: str | None = None  # backend "replay": "replay:PATH[?delay=S]"
 
 
 ProgressHook = Callable[[str, dict], None]
@@ -143,13 +144,20 @@ class Sweep:
 
     # ---- set-up -------------------------------------------------------------------------------
     def _open(self) -> None:
+        replay = replay_spec = None
+        if self.options.backend == "replay":  # the driver reads the sweeps too: it checks them
+            from tunefw.evaluate.replay import ReplaySource, parse_backend
+            path, delay = parse_backend(self.options.replay or "")
+            replay, replay_spec = ReplaySource(path), f"replay:{path}?delay={delay!r}"
         connect(self.options.address, self.options.gpus, self.options.backend)
         self.pool = WorkerPool(self.options.gpus, self.options.backend, self.spec.sim,
-                               self.spec.timeout_s)
+                               self.spec.timeout_s, replay_spec)
         info = self.pool.infos[0]
         self.device: DeviceSpec = info["device"]
         self.fingerprint: dict = info["fingerprint"]
         self.families = _families(self.spec, self.device)
+        if replay is not None:
+            replay.check(self.spec.problems, self.families)
         if self.options.backend == "cuda":
             from tunefw.compiler import CompilePool
             self.compiler = CompilePool(cache_dir=self.options.cache_dir)
@@ -165,7 +173,7 @@ class Sweep:
             problems = list(study.problems)
             names = {p.id: optuna_study_name(study, p) for p in problems}
         self.mirror = DurableMirror()
-        if self.spec.sampler == "tpe":  # TPE's work runs off the driver's thread and GIL
+        if self.spec.sampler == "tpe" and replay is None:  # TPE off the driver's thread and GIL
             self.sampler_hosts = [SamplerHost() for _ in range(self._asker_threads(len(problems)))]
         for i, prow in enumerate(problems):
             host = self.sampler_hosts[i % len(self.sampler_hosts)] if self.sampler_hosts else None
@@ -173,6 +181,8 @@ class Sweep:
                                    self.spec.seed + prow.id, self.families, q.as_problem(prow),
                                    self.device, self.mirror, host)
             self.states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
+            if replay is not None:  # the search proposes recorded configs only
+                self.states[prow.id].recorded = replay.recorded_keys(q.as_problem(prow))
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
             for prow in problems:
@@ -222,8 +232,10 @@ class Sweep:
             for st, prop in rejected:
                 st.known.add(prop.key)
                 st.reserved.discard(prop.key)
+                status = (Status.NOT_RECORDED if prop.invalid_reason.startswith("NOT_RECORDED")
+                          else Status.INVALID)
                 q.record_trial(s, study, s.get(Problem, st.row.id), prop.family, prop.config,
-                               prop.key, Outcome(Status.INVALID, log=prop.invalid_reason,
+                               prop.key, Outcome(status, log=prop.invalid_reason,
                                                  evaluator=self.options.backend),
                                self.source_hash[prop.family], None)
 
@@ -290,7 +302,7 @@ class Sweep:
         st.search.record(told, value, trial_attrs(outcome.tflops, outcome.cublas_tflops, row_id,
                                                   outcome.status.value))
         with st.lock:
-            st.evaluated += 1
+            st.evaluated += outcome.status.value not in NOT_COUNTED
         if outcome.ok:
             st.best = max(st.best, value or 0.0)
             st.values[key] = value
@@ -493,6 +505,7 @@ class Sweep:
             "asks": self.asker.asks, "ask_s": round(self.asker.ask_s, 3),
             "sampler_processes": len(self.sampler_hosts),
             "simulated": self.options.backend == "sim",
+            "replay": self.options.backend == "replay",
             "stopped_at_time_limit": stopped,
         }
         stats["gpu_busy_mean"] = sum(stats["gpu_busy"].values()) / max(len(slots), 1)

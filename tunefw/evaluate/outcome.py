@@ -22,6 +22,11 @@ class Status(str, Enum):
     RUNTIME_CRASH = "RUNTIME_CRASH"
     TIMEOUT = "TIMEOUT"
     WORKER_LOST = "WORKER_LOST"
+    NOT_RECORDED = "NOT_RECORDED"  # replay: the recorded sweep does not hold this config
+
+
+# Outcomes that spent no device time: not evaluated trials, never counted in a budget.
+NOT_COUNTED = (Status.INVALID.value, Status.NOT_RECORDED.value)
 
 
 @dataclass

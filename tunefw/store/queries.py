@@ -9,7 +9,7 @@ from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status, cublas_ratio
+from tunefw.evaluate.outcome import NOT_COUNTED, Outcome, Status, cublas_ratio
 from tunefw.problem import GemmProblem
 from tunefw.store.models import Problem, Study, Trial, Winner
 from tunefw.study import StudySpec
@@ -116,7 +116,7 @@ def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
             Problem.key == problem.key(), Trial.config_key == key,
             Trial.source_hash == source_hash, Trial.evaluator == evaluator,
             Trial.fingerprint_key == fp_key, Trial.reused_from.is_(None),
-            Trial.status.notin_([Status.INVALID.value, Status.WORKER_LOST.value,
+            Trial.status.notin_([*NOT_COUNTED, Status.WORKER_LOST.value,
                                  Status.TIMEOUT.value]))
         .order_by(Trial.id).limit(1))
 
@@ -170,7 +170,7 @@ def set_winner(s: Session, problem: Problem, trial: Trial, tflops: float,
 def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
     """The `study show --json` entry of one problem."""
     counts = outcome_counts(s, problem, study.round)
-    evaluated = sum(n for status, n in counts.items() if status != Status.INVALID.value)
+    evaluated = sum(n for status, n in counts.items() if status not in NOT_COUNTED)
     winner = s.get(Winner, problem.id)
     best = None
     if winner is not None:

@@ -1,0 +1,86 @@
+"""search-eval: offline searches of recorded sweeps, the CI threshold on the default sampler."""
+import json
+import statistics
+
+import pytest
+
+from conftest import REPO, run_cli
+from tunefw.errors import UserError
+from tunefw.search_eval import RunResult, run_search, search_eval
+from tunefw.sweepfile import read_sweep
+
+SWEEPS = REPO / "benchmarks" / "sweeps"
+CI = json.loads((REPO / "benchmarks" / "results" / "search_eval_ci.json").read_text())
+DECODE = SWEEPS / "decode2_h200" / "16x4096x14336_bf16_TN.jsonl.gz"
+
+
+def test_default_sampler_within_committed_threshold():
+    """CI: the default sampler must not need more trials than the committed threshold."""
+    sweep = read_sweep(REPO / CI["sweep"])
+    reference, _ = sweep.reference()
+    hits = [run_search(sweep, CI["sampler"], seed, 64).trials_to(reference * (1 - CI["within"]))
+            for seed in range(CI["seeds"])]
+    assert all(h is not None for h in hits), hits
+    assert statistics.median(hits) <= CI["max_median_trials"], hits
+
+
+def test_grid_over_recorded_configs_recovers_recorded_best():
+    sweep = read_sweep(DECODE)
+    run = run_search(sweep, "grid", 0, 128)
+    assert run.best_at(128) == sweep.best_ratio() and run.not_recorded == 0
+    assert len(run.values) <= len(sweep.measured()) == 40
+    ratios = {r.key: r.ratio for r in sweep.measured()}
+    assert set(run.values) <= set(ratios.values())
+
+
+def test_random_is_a_permutation_of_the_recorded_configs_seeds_first():
+    sweep = read_sweep(DECODE)
+    runs = [run_search(sweep, "random", seed, 128) for seed in range(3)]
+    expected = sorted(r.ratio for r in sweep.measured())
+    for run in runs:
+        assert sorted(run.values) == expected  # each recorded config once, nothing else
+    assert runs[0].values != runs[1].values and runs[0].values[0] == runs[1].values[0]  # a seed
+    assert run_search(sweep, "random", 0, 16).values == runs[0].values[:16]
+
+
+def test_tpe_counts_only_recorded_configs():
+    sweep = read_sweep(DECODE)
+    run = run_search(sweep, "tpe", 0, 16)
+    assert len(run.values) == 16 and run.asks >= 16 + run.not_recorded
+    assert len(set(run.values)) == len(run.values)  # no config counted twice
+
+
+def test_run_result_metrics():
+    r = RunResult(values=[None, 0.5, 0.9, 1.0])
+    assert r.trials_to(0.9) == 3 and r.trials_to(2.0) is None
+    assert r.best_at(2) == 0.5 and r.best_at(1) is None
+
+
+def test_search_eval_cli_json_and_skips(tmp_path):
+    out = tmp_path / "r.json"
+    done = run_cli("search-eval", str(DECODE), str(SWEEPS / "decode_h200" / DECODE.name),
+                   "--samplers", "random,grid", "--seeds", "3", "--budgets", "8,16",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "median over 3 seeds" in done.stdout and "grid: median trials to 1/2/5%" in done.stdout
+    assert "skipped" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["seeds"] == 3 and result["budgets"] == [8, 16]
+    assert [s["reason"] for s in result["skipped"]] == [
+        "recorded under an earlier skinny_sm90 parameter space than today's"]
+    entry = result["sweeps"][0]
+    assert entry["space"] == 40 and entry["reference_ratio"] > 1.0
+    for name in ("random", "grid"):
+        s = entry["samplers"][name]
+        assert set(s["median_trials_to"]) == {"1%", "2%", "5%"}
+        assert s["median_best_at"]["16"] >= s["median_best_at"]["8"]
+    assert "cmaes" in result["left_out"] and "gp" in result["left_out"]
+
+
+def test_search_eval_rejects_bad_input():
+    with pytest.raises(UserError, match="gp: Optuna's GPSampler"):
+        search_eval([str(DECODE)], ["gp"], 2, [16])
+    with pytest.raises(UserError, match="positive"):
+        search_eval([str(DECODE)], ["grid"], 0, [16])
+    bad = run_cli("search-eval", str(DECODE), "--budgets", "a,b")
+    assert bad.returncode == 1 and "expected comma-separated integers" in bad.stderr

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e '.[dev]'
-export TUNEFW_DB="${TUNEFW_DB:-sqlite:///quickstart.db}"
+# The database is the default every tunefw command uses (tunefw.db here; TUNEFW_DB or --db
+# to choose another), so the README's next commands see the quickstart study.
 tunefw study show quickstart >/dev/null 2>&1 || tunefw study create quickstart --from studies/quickstart.yaml
 tunefw launch quickstart --gpus "${GPUS:-8}"
 tunefw study show quickstart

@@ -11,8 +11,8 @@ from tunefw.errors import UserError
 from tunefw.model_shapes import M_GRIDS, collect_linears, model_shapes, parse_m_grid, study_problems
 
 # The tiny Llama: hidden 256, intermediate 512, 2 layers, 4 heads of 64, 2 KV heads, vocab 1024.
-LLAMA = {(256, 256): ("q_proj+o_proj", 4), (128, 256): ("k_proj+v_proj", 4),
-         (512, 256): ("gate_proj+up_proj", 4), (256, 512): ("down_proj", 2),
+LLAMA = {(256, 256): ("q_proj-o_proj", 4), (128, 256): ("k_proj-v_proj", 4),
+         (512, 256): ("gate_proj-up_proj", 4), (256, 512): ("down_proj", 2),
          (1024, 256): ("lm_head", 1)}
 
 
@@ -77,14 +77,14 @@ def test_entry_point_reports_invalid_layers(entry_file, monkeypatch):
     assert [(s.N, s.K, s.dtype, s.count, s.names) for s in found.shapes] == [
         (32, 64, "float32", 2, ["0", "3"]), (12, 32, "float32", 1, ["2"])]
     assert [s.invalid for s in found.shapes] == [None, "N=12 not a positive multiple of 8"]
-    assert found.problems() == [{"M": 1, "N": 32, "K": 64, "dtype": "bf16", "label": "0+3"},
-                                {"M": 8, "N": 32, "K": 64, "dtype": "bf16", "label": "0+3"}]
+    assert found.problems() == [{"M": 1, "N": 32, "K": 64, "dtype": "bf16", "label": "0-3"},
+                                {"M": 8, "N": 32, "K": 64, "dtype": "bf16", "label": "0-3"}]
     notes = found.notes()
     assert notes[0] == "N=32 K=64 tuned as bf16 (layers are float32): 2 layer(s): 0, 3"
     assert notes[1] == "skipped 12x32 float32: N=12 not a positive multiple of 8 (1 layer(s): 2)"
     monkeypatch.syspath_prepend(str(entry_file.parent))  # the module:function form
     problems, _ = study_problems("mymodels:build", [2])
-    assert problems == [{"M": 2, "N": 32, "K": 64, "dtype": "bf16", "label": "0+3"}]
+    assert problems == [{"M": 2, "N": 32, "K": 64, "dtype": "bf16", "label": "0-3"}]
 
 
 def test_module_passed_in_python_keeps_its_dtype():

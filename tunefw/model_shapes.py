@@ -57,13 +57,14 @@ class LinearShape:
 
     @property
     def label(self) -> str:
-        """The layers' leaf names in model order, e.g. 'q_proj+o_proj' (at most 200 characters)."""
+        """The layers' leaf names in model order, e.g. 'q_proj-o_proj': a valid tunefw label
+        (tunefw/names.py: [A-Za-z0-9._-], at most 128 characters)."""
         leaves: list[str] = []
         for name in self.names:
-            leaf = name.rsplit(".", 1)[-1] or name
+            leaf = re.sub(r"[^A-Za-z0-9._]", "_", name.rsplit(".", 1)[-1] or name)
             if leaf not in leaves:
                 leaves.append(leaf)
-        return "+".join(leaves)[:200]
+        return "-".join(leaves)[:128].rstrip("-")
 
     def patterns(self) -> list[str]:
         """The module names with layer indices as '*', distinct, in model order."""

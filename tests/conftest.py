@@ -207,3 +207,19 @@ def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
             winners.append(best.id)
     store.close()
     return winners
+
+
+def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """`tunefw ARGS` run in this process (tunefw.cli.run): exit code, stdout, stderr."""
+    from tunefw.cli import run
+    code = run(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line_error(code: int, err: str, needle: str) -> None:
+    """A refused command: non-zero exit, one line on stderr naming ``needle``, no traceback."""
+    assert code not in (0, 3), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+    assert "Traceback" not in err and "internal error" not in err

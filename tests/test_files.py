@@ -16,7 +16,7 @@ from tunefw.fileio import write_atomic
 from tunefw.errors import UserError
 from tunefw.store import open_store, upgrade_store
 
-from conftest import REPO
+from conftest import cli_in_process as _cli, one_line_error as _one_line, REPO
 from pgdb import pg_url  # noqa: F401  (fixture)
 
 READ_COMMANDS = [
@@ -25,19 +25,6 @@ READ_COMMANDS = [
 ]
 NEEDS_A_DATABASE = READ_COMMANDS + [("study", "delete", "s"), ("db", "upgrade"),
                                     ("launch", "s", "--backend", "sim")]
-
-
-def _cli(capsys, *args):
-    code = run(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _one_line(code, err, needle):
-    assert code not in (0, 3), err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], err
-    assert "Traceback" not in err and "internal error" not in err
 
 
 def _files(tmp: Path) -> list[str]:

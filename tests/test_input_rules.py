@@ -6,6 +6,8 @@ import time
 import optuna
 import pytest
 
+from conftest import cli_in_process as _cli, one_line_error as _one_line
+
 from tunefw.cli import run
 from tunefw.errors import UserError
 from tunefw.problem import DIM_MAX, GemmProblem, parse_shape
@@ -134,19 +136,6 @@ def test_a_key_given_twice_is_refused(tmp_path):
     f.write_text("name: s\nproblems: [{M: 8, N: 8, K: 8, M: 16}]\n")
     with pytest.raises(UserError, match="duplicate key 'M'"):
         load_study_file(f)
-
-
-def _cli(capsys, *args):
-    code = run(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _one_line(code, err, needle):
-    assert code not in (0, 3), err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], err
-    assert "Traceback" not in err and "internal error" not in err
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -143,15 +143,20 @@ def apply_min_ratio(entry: DispatchEntry, min_ratio: float, what: str = "confirm
     return entry
 
 
+def _problem_at(raw, where: str) -> GemmProblem:
+    """The problem of an entry or evidence point, or a one-line error naming where it is."""
+    try:
+        return GemmProblem(raw.M, raw.N, raw.K, raw.dtype, raw.layout)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
 def _semantic(data, path: str) -> DispatchTable:
     """Checks the schema cannot say: valid problems and configs, no duplicates, evidence refs."""
     entries, seen = [], {}
     for i, raw in enumerate(data.entries):
         where = f"{path}: entries[{i}]"
-        try:
-            problem = GemmProblem(raw.M, raw.N, raw.K, raw.dtype, raw.layout)
-        except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
+        problem = _problem_at(raw, where)
         reason = config_reason(raw.family, raw.config)
         if reason:
             raise UserError(f"{where}.config: {reason}")
@@ -172,10 +177,7 @@ def _semantic(data, path: str) -> DispatchTable:
     evidence, measured = [], {}
     for i, raw in enumerate(data.evidence):
         where = f"{path}: evidence[{i}]"
-        try:
-            problem = GemmProblem(raw.M, raw.N, raw.K, raw.dtype, raw.layout)
-        except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
+        problem = _problem_at(raw, where)
         donor = f"{'x'.join(map(str, raw.served_by))}:{raw.dtype}:{raw.layout}"
         if donor not in seen or entries[seen[donor]].is_cublas:
             raise UserError(f"{where}.served_by={raw.served_by}: no kernel entry {donor}")

@@ -113,6 +113,8 @@ MODELS = {1: DispatchFileV1, 2: DispatchFile}
 def _where(loc: tuple) -> str:
     text = ""
     for part in loc:
+        if not isinstance(part, int) and not str(part).isidentifier():
+            part = repr(str(part))  # a crafted key ('\n', spaces) must not break the one line
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "top level"
 

@@ -1,15 +1,14 @@
-"""Ray worker pool: one actor per GPU (num_gpus=1 pins it), a watchdog, restarts.
+"""The Ray worker pool: one actor per GPU (num_gpus=1 pins it), a watchdog, restarts.
 
 Workers only evaluate and return Outcomes; the driver records them. A worker whose CUDA
 context is poisoned, whose process died, or whose trial ran past its deadline is killed and
-replaced; the sweep goes on.
+replaced; the sweep goes on (a death comes back as the job's WORKER_LOST outcome).
 """
 from __future__ import annotations
 
 import os
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -17,11 +16,11 @@ import ray
 from tunefw.errors import UserError
 from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.interrupt import stop_on_sigterm
+from tunefw.pool import Job, Slot, WorkerPool
 from tunefw.study import SimSettings
 
 STARTUP_GRACE_S = 60.0  # a fresh actor may take this long to come up before its first trial
 WATCHDOG_SLACK_S = 5.0  # past the trial timeout before the worker is killed
-QUEUE_DEPTH = 2  # trials queued per worker: the next is ready the moment one finishes
 
 
 @ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_task_retries=0)
@@ -52,28 +51,11 @@ class GpuWorker:
 
 
 @dataclass
-class Job:
-    """A trial on its way through the pool; ``attempt`` counts worker deaths survived."""
+class RaySlot(Slot):
+    """A slot and the actor behind it."""
 
-    spec: TrialSpec
-    compiled: Any = None
-    kind: str = "evaluate"  # or "confirm"
-    attempt: int = 1
-    lost_log: str = ""
-    submitted: float = 0.0
-    context: Any = None  # the caller's bookkeeping, returned untouched
-
-
-@dataclass
-class Slot:
-    index: int
     actor: Any = None
     started: float = 0.0
-    queue: deque = field(default_factory=deque)  # (job, ObjectRef)
-    head_since: float = 0.0  # when the first queued job started running (estimate)
-    restarts: int = 0
-    busy_s: float = 0.0
-    trials: int = 0
     ready_ref: Any = None  # the actor's info() call: done once the process is up
     ready_at: float = 0.0
 
@@ -103,7 +85,7 @@ def connect(address: str | None, gpus: int, backend: str) -> None:
         raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s){busy}")
 
 
-class WorkerPool:
+class RayPool(WorkerPool):
     """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines."""
 
     def __init__(self, n: int, backend: str, sim: SimSettings | None,
@@ -112,32 +94,24 @@ class WorkerPool:
         self.replay = replay  # replay:PATH[?delay=S] for the replay backend
         self.sim = sim
         self.timeout_s = timeout_s
-        self.slots = [Slot(i) for i in range(n)]
+        self.slots = [RaySlot(i) for i in range(n)]
         self.events: list[str] = []  # restarts and kills, for the status line
         for slot in self.slots:
             self._start(slot)
         self.infos = ray.get([s.ready_ref for s in self.slots])
 
-    def _start(self, slot: Slot) -> None:
+    def _start(self, slot: RaySlot) -> None:
         slot.actor = GpuWorker.remote(self.backend, self.sim, self.replay)
         slot.started = time.monotonic()
         slot.ready_ref = slot.actor.info.remote()
 
-    def _restart(self, slot: Slot, why: str) -> None:
+    def _restart(self, slot: RaySlot, why: str) -> None:
         ray.kill(slot.actor, no_restart=True)
         slot.restarts += 1
         self.events.append(f"worker {slot.index} restarted: {why}")
         self._start(slot)
 
-    def free_slots(self) -> list[Slot]:
-        return sorted((s for s in self.slots if len(s.queue) < QUEUE_DEPTH),
-                      key=lambda s: len(s.queue))
-
-    @property
-    def in_flight(self) -> int:
-        return sum(len(s.queue) for s in self.slots)
-
-    def submit(self, slot: Slot, job: Job) -> None:
+    def submit(self, slot: RaySlot, job: Job) -> None:
         method = slot.actor.evaluate if job.kind == "evaluate" else slot.actor.confirm
         ref = method.remote(job.spec, job.compiled)
         job.submitted = time.monotonic()
@@ -145,7 +119,7 @@ class WorkerPool:
             slot.head_since = job.submitted
         slot.queue.append((job, ref))
 
-    def _deadline(self, slot: Slot, job: Job) -> float:
+    def _deadline(self, slot: RaySlot, job: Job) -> float:
         if slot.ready_ref is not None:  # deadlines count from when the worker is up
             ready, _ = ray.wait([slot.ready_ref], timeout=0)
             if not ready:
@@ -155,7 +129,6 @@ class WorkerPool:
         return max(slot.head_since, slot.ready_at) + job.spec.timeout_s + WATCHDOG_SLACK_S
 
     def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
-        """Finished (job, outcome) pairs, and jobs to run again (their worker was lost)."""
         heads = {s.queue[0][1]: s for s in self.slots if s.queue}
         done: list[tuple[Job, Outcome]] = []
         retry: list[Job] = []
@@ -170,8 +143,8 @@ class WorkerPool:
                 now = time.monotonic()
                 try:
                     outcome: Outcome = ray.get(ref)
-                except ray.exceptions.RayActorError as exc:
-                    self._lost(slot, job, exc, done, retry)
+                except ray.exceptions.RayActorError:
+                    self._lost(slot, job, done, retry)
                     continue
                 except ray.exceptions.RayTaskError as exc:  # an evaluator bug: the trial crashed
                     outcome = Outcome(Status.RUNTIME_CRASH, log=str(exc)[-4000:],
@@ -179,8 +152,6 @@ class WorkerPool:
                 slot.trials += 1
                 slot.busy_s += outcome.busy_s
                 slot.head_since = now
-                if job.lost_log:
-                    outcome.log = job.lost_log + outcome.log
                 done.append((job, outcome))
                 if outcome.poisoned:
                     self._requeue_rest(slot, retry)
@@ -194,19 +165,13 @@ class WorkerPool:
         while slot.queue:  # queued behind a killed head: never started, run them elsewhere
             retry.append(slot.queue.popleft()[0])
 
-    def _lost(self, slot: Slot, job: Job, exc: Exception, done: list, retry: list) -> None:
-        """The worker process died under this job: retry once, then call it a crash."""
+    def _lost(self, slot: RaySlot, job: Job, done: list, retry: list) -> None:
+        """The worker process died under this job: its outcome is WORKER_LOST (the driver
+        decides on a retry); the jobs queued behind it run elsewhere."""
         self._requeue_rest(slot, retry)
+        done.append((job, Outcome(Status.WORKER_LOST, log="worker process died",
+                                  evaluator=self.backend, gpu=self.infos[slot.index]["gpu"])))
         self._restart(slot, "worker process died")
-        note = f"attempt {job.attempt}: WORKER_LOST (worker process died)\n"
-        if job.attempt >= 2:
-            done.append((job, Outcome(Status.RUNTIME_CRASH, evaluator=self.backend,
-                                      log=job.lost_log + note +
-                                      "the worker died on both attempts: the config kills it")))
-        else:
-            job.attempt += 1
-            job.lost_log += note
-            retry.append(job)
 
     def _watchdog(self, done: list, retry: list) -> None:
         now = time.monotonic()
@@ -220,7 +185,7 @@ class WorkerPool:
                 self._restart(slot, f"trial {job.spec.trial_id} over its timeout")
                 done.append((job, Outcome(
                     Status.TIMEOUT, evaluator=self.backend, gpu=self.infos[slot.index]["gpu"],
-                    log=job.lost_log + f"killed by the watchdog after {now - slot.head_since:.1f} s "
+                    log=f"killed by the watchdog after {now - slot.head_since:.1f} s "
                                        f"(timeout {job.spec.timeout_s:g} s)")))
 
     def shutdown(self) -> None:

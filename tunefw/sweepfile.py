@@ -184,7 +184,7 @@ def _stable_fingerprint(fp: dict) -> dict:
 def build_sweeps(store, study_name: str | None, problem_filter: GemmProblem | None = None,
                  source: str = "") -> list[Sweep]:
     """One Sweep per problem of the study's current round (the round's rows, first of each
-    config; INVALID rows included with their reason)."""
+    config, WORKER_LOST attempts left out; INVALID rows included with their reason)."""
     from tunefw.store import queries as q
     from tunefw.store.models import Winner
 
@@ -201,8 +201,8 @@ def build_sweeps(store, study_name: str | None, problem_filter: GemmProblem | No
         for prow in problems:
             seen, rows = set(), []
             for t in q.problem_trials(s, study, prow):
-                if t.config_key in seen:
-                    continue
+                if t.config_key in seen or t.status == Status.WORKER_LOST.value:
+                    continue  # a lost attempt: its retry's row is the config's outcome
                 seen.add(t.config_key)
                 ok = t.status == Status.OK.value
                 first = (t.log or "").strip().splitlines()[:1]

@@ -25,8 +25,9 @@ class Status(str, Enum):
     NOT_RECORDED = "NOT_RECORDED"  # replay: the recorded sweep does not hold this config
 
 
-# Outcomes that spent no device time: not evaluated trials, never counted in a budget.
-NOT_COUNTED = (Status.INVALID.value, Status.NOT_RECORDED.value)
+# Outcomes never counted in a budget: configs answered without device time, and a worker's
+# death under a trial (WORKER_LOST: the trial runs again, and its retry's row is counted).
+NOT_COUNTED = (Status.INVALID.value, Status.NOT_RECORDED.value, Status.WORKER_LOST.value)
 
 
 @dataclass

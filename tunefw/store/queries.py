@@ -87,7 +87,8 @@ def as_problem(p: Problem) -> GemmProblem:
 
 def record_trial(s: Session, study: Study, problem: Problem, family: str, config: dict,
                  key: str, outcome: Outcome, source_hash: str, optuna_trial: int | None,
-                 attempts: int = 1, reused_from: int | None = None) -> Trial:
+                 attempts: int = 1, reused_from: int | None = None,
+                 retry_of: int | None = None) -> Trial:
     """Write one finished trial (the driver's only kind of write during a sweep)."""
     row = Trial(
         study_id=study.id, problem_id=problem.id, round=study.round, optuna_trial=optuna_trial,
@@ -97,7 +98,8 @@ def record_trial(s: Session, study: Study, problem: Problem, family: str, config
         rel_err=outcome.rel_err, cublas_tflops=outcome.cublas_tflops,
         fingerprint=outcome.fingerprint, fingerprint_key=fingerprint_key(outcome.fingerprint)
         if outcome.fingerprint else "", gpu=outcome.gpu, evaluator=outcome.evaluator,
-        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from)
+        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from,
+        retry_of=retry_of)
     s.add(row)
     s.flush()
     return row
@@ -116,8 +118,7 @@ def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
             Problem.key == problem.key(), Trial.config_key == key,
             Trial.source_hash == source_hash, Trial.evaluator == evaluator,
             Trial.fingerprint_key == fp_key, Trial.reused_from.is_(None),
-            Trial.status.notin_([*NOT_COUNTED, Status.WORKER_LOST.value,
-                                 Status.TIMEOUT.value]))
+            Trial.status.notin_([*NOT_COUNTED, Status.TIMEOUT.value]))
         .order_by(Trial.id).limit(1))
 
 

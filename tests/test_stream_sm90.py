@@ -1,5 +1,5 @@
 """stream_sm90 (the bulk-copy decode family) on the CPU: its rules, launch geometry, seeds, and
-real sm_90a compiles (no spills, HMMA and bulk copies present, every knob reaching the cubin or
+real sm_90a compiles (no spills, HMMA and TMA loads present, every knob reaching the cubin or
 the launch)."""
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def test_work_rules_name_the_knob_and_the_shape():
     assert check({"BK": 256, "CK": 16}, 1) is None
 
 
-def test_shared_memory_is_the_ring_the_partials_and_the_barriers():
+def test_shared_memory_is_the_ring_the_partials_the_barriers_and_the_alignment_slack():
     config = {**BASE, "STAGES": 6, "MTILES": 2}
-    ring = 6 * (32 + 16) * (2 * 256 + 16)
-    assert STREAM.smem_bytes(config) == ring + 4 * 16 * 36 * 4 + 6 * 16
+    ring = 6 * (32 + 16) * 2 * 256
+    assert STREAM.smem_bytes(config) == ring + 4 * 16 * 36 * 4 + 6 * 16 + 1024
     big = {**BASE, "BN": 64, "MTILES": 4, "BK": 512, "STAGES": 8}
     assert "shared memory" in check(big, 32)
 
@@ -52,8 +52,9 @@ def test_launch_geometry_follows_the_config():
     assert launch.grid == (129 * 4, 1, 1) and launch.cluster == (4, 1, 1)
     assert launch.block == (9 * 32, 1, 1) and launch.workspace_bytes == 0
     assert launch.smem_bytes == STREAM.smem_bytes(config)
-    args = STREAM.kernel_args(BASE, p, {"a": 1, "b": 2, "c": 3, "bias": 4})
-    assert [v for v, _ in args] == [1, 2, 3, 4, 16, 4104, 4096]
+    maps = STREAM.tensor_map_specs(config, p)
+    assert maps["a"] == {"dims": (4096, 16), "strides": (8192,), "box": (64, 16), "swizzle": 128}
+    assert maps["b"] == {"dims": (4096, 4104), "strides": (8192,), "box": (64, 32), "swizzle": 128}
 
 
 def test_every_decode_shape_gets_valid_seeds():
@@ -66,7 +67,7 @@ def test_name_expression_orders_the_template_arguments_as_the_kernel():
     assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1>"
 
 
-def test_valid_configs_compile_without_spills_with_bulk_copies_and_tensor_cores(pool):
+def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):
     configs = valid_sample(STREAM, 6, 3, SHAPES) + [
         {**BASE, "CK": 16, "WARPS": 8, "BK": 128, "MTILES": 4, "BN": 64, "STAGES": 2},
     ]
@@ -75,7 +76,7 @@ def test_valid_configs_compile_without_spills_with_bulk_copies_and_tensor_cores(
         r = future.result()
         assert r.ok, (config, r.log[:500])
         assert r.spill_bytes == 0 and sass_check(r.cubin, require_op="HMMA") is None, config
-        assert "UBLKCP" in {op.split(".", 1)[0] for op in sass_opcodes(r.cubin)}, config
+        assert "UTMALDG" in {op.split(".", 1)[0] for op in sass_opcodes(r.cubin)}, config
 
 
 def test_every_knob_changes_the_cubin_or_the_launch(pool):

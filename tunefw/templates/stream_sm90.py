@@ -1,8 +1,8 @@
 """stream_sm90: the decode GEMM (small M) of kernel_templates/stream_sm90.cuh that streams the
-weight through a deep shared-memory ring filled by bulk asynchronous copies.
+weight through a deep shared-memory ring filled by TMA.
 
-A producer warp keeps STAGES chunks of BN rows x BK k in flight (1D cp.async.bulk, one
-contiguous run per row, mbarrier-completed), WARPS consumer warps multiply them with swap-AB
+A producer thread keeps STAGES chunks of BN rows x BK k in flight (2D TMA boxes of 64 k,
+128-byte swizzle, mbarrier-completed, edges zero-filled), WARPS consumer warps multiply them with swap-AB
 mma.sync, a cluster of CK CTAs splits K and the epilogue reduces in shared memory and DSMEM in a
 fixed order (deterministic, no workspace). Bytes in flight cost shared memory, not registers,
 so a CTA can hold 64-200 KB of loads at once. This file is the one declaration of its space,
@@ -10,10 +10,13 @@ its rules and its launch.
 """
 from __future__ import annotations
 
+import ctypes
+from typing import Any, Mapping
+
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
-from tunefw.templates.skinny_sm90 import SkinnySm90
+from tunefw.templates.wgmma_sm90 import WgmmaSm90
 
 MAX_CLUSTER = 16  # H100/H200 allow 16 CTAs with the non-portable cluster attribute
 REG_OVERHEAD = 48  # indices, barrier addresses, the epilogue
@@ -33,9 +36,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _pitch(config: Config) -> int:
-    """Bytes between ring rows: BK bf16/fp16 values plus 16 (ldmatrix rows on distinct banks)."""
-    return config["BK"] * 2 + 16
+SWIZZLE = 128  # bytes per swizzled box row: 64 k of bf16/fp16
+ALIGN_SLACK = 1024  # the kernel aligns its ring to 1024 bytes (the 128-byte swizzle's period)
 
 
 class StreamSm90(KernelTemplate):
@@ -43,7 +45,7 @@ class StreamSm90(KernelTemplate):
     source = "stream_sm90.cuh"
     headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
     kernel = "gemm_stream_sm90"
-    min_cc = 90  # cp.async.bulk, mbarrier transaction counts, clusters and DSMEM
+    min_cc = 90  # TMA, mbarrier transaction counts, clusters and DSMEM
     tensor_op = "HMMA"
 
     params = (
@@ -63,12 +65,12 @@ class StreamSm90(KernelTemplate):
     # ---- derived quantities ---------------------------------------------------------------------
     @staticmethod
     def smem_bytes(config: Config) -> int:
-        """Dynamic shared memory: the ring, the epilogue's partial tiles, the mbarriers (as
-        stream::Layout in the .cuh)."""
+        """Dynamic shared memory: the ring, the epilogue's partial tiles, the mbarriers and the
+        alignment slack (as stream::Layout in the .cuh)."""
         bn, mt = config["BN"], config["MTILES"]
-        ring = config["STAGES"] * (bn + 8 * mt) * _pitch(config)
+        ring = config["STAGES"] * (bn + 8 * mt) * config["BK"] * 2
         partials = config["WARPS"] * mt * 8 * (bn + 4) * 4
-        return ring + partials + 16 * config["STAGES"]
+        return ring + partials + 16 * config["STAGES"] + ALIGN_SLACK
 
     @staticmethod
     def regs_estimate(config: Config) -> int:
@@ -98,7 +100,7 @@ class StreamSm90(KernelTemplate):
             return f"CK={ck} > {MAX_CLUSTER} CTAs per cluster"
         smem = self.smem_bytes(config)
         if smem > device.smem_per_block_optin:
-            return (f"shared memory STAGES*(BN+8*MTILES)*(2*BK+16) + partials = {smem} B > "
+            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + partials = {smem} B > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         return None
 
@@ -115,4 +117,19 @@ class StreamSm90(KernelTemplate):
                       block=((config["WARPS"] + 1) * 32, 1, 1), smem_bytes=self.smem_bytes(config),
                       cluster=(ck, 1, 1))
 
-    kernel_args = SkinnySm90.kernel_args  # the same (A, B, C, bias, M, N, K) signature
+    def tensor_map_specs(self, config: Config, problem: GemmProblem) -> dict[str, dict]:
+        """What cuTensorMapEncodeTiled gets for A and B (innermost dimension first): 64-k boxes
+        of 8*MTILES rows of A and BN rows of B."""
+        k = problem.K
+        return {"a": {"dims": (k, problem.M), "strides": (k * 2,),
+                      "box": (SWIZZLE // 2, 8 * config["MTILES"]), "swizzle": SWIZZLE},
+                "b": {"dims": (k, problem.N), "strides": (k * 2,),
+                      "box": (SWIZZLE // 2, config["BN"]), "swizzle": SWIZZLE}}
+
+    def kernel_args(self, config: Config, problem: GemmProblem,
+                    ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
+        specs = self.tensor_map_specs(config, problem)
+        maps = [WgmmaSm90.encode_tensor_map(specs[x], problem.dtype, int(ptrs[x])) for x in "ab"]
+        return [(maps[0], None), (maps[1], None), (int(ptrs["c"]), ctypes.c_void_p),
+                (int(ptrs.get("bias", 0) or 0), ctypes.c_void_p), (problem.M, ctypes.c_int),
+                (problem.N, ctypes.c_int), (problem.K, ctypes.c_int)]

@@ -1,5 +1,6 @@
-"""GPU probe of the skinny_sm90 decode family: HBM roofline, correctness over edge shapes, and
-the best of a random sample per decode shape against cuBLAS in the same run.
+"""GPU probe of the decode families (skinny_sm90, stream_sm90): HBM roofline, correctness over
+edge shapes, and the best of a random sample per family and decode shape against cuBLAS in the
+same run.
 
 Every trial goes through the product's CUDA evaluator (NaN-poisoned C, fp32 reference per row,
 anchored screen interleaved with cuBLAS; kernels under 20 us as CUDA graphs cycling over operand
@@ -7,9 +8,10 @@ copies past L2), in child worker processes with a watchdog (benchmarks/evaluator
 First the streaming-read bandwidth of >= 4 GB is measured, so every row's effective TB/s can be
 read as a fraction of what this GPU streams today.
 
-    PYTHONPATH=. python benchmarks/decode_probe.py --per-shape 24 --edge-configs 12
+    PYTHONPATH=. python benchmarks/decode_probe.py --per-shape 24 --edge-configs 12 \
+        [--families stream_sm90,skinny_sm90] [--m 1,4,16,32] [--name decode_probe]
 
-Writes $OUT/decode_probe_h200.json (else benchmarks/results/).
+Writes $OUT/<name>_h200.json (else benchmarks/results/).
 """
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.roofline import stream_read_tbs  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 
-FAMILY = "skinny_sm90"
 LAYERS = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336)}
 DECODE_M = (1, 4, 16, 32, 64)
@@ -42,9 +43,9 @@ EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 1
                (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096))
 
 
-def sample(problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
+def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
     """The family's valid seeds for the problem, then up to n distinct random valid configs."""
-    family = get_family(FAMILY)
+    family = get_family(name)
     configs = [c for c in family.seed_configs() if family.check(c, problem, H200) is None]
     space = [c for c in family.iter_space() if family.check(c, problem, H200) is None]
     rng.shuffle(space)
@@ -61,30 +62,37 @@ def main() -> None:
     ap.add_argument("--per-shape", type=int, default=24)
     ap.add_argument("--edge-configs", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--families", default="skinny_sm90")
+    ap.add_argument("--m", default=",".join(map(str, DECODE_M)), help="decode M values")
+    ap.add_argument("--name", default="decode_probe")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per job (watchdog)")
     args = ap.parse_args()
+    families = args.families.split(",")
+    decode_m = [int(m) for m in args.m.split(",")]
     rng = random.Random(args.seed)
     bandwidth = stream_read_tbs()
 
     jobs, meta = [], {}
-    def add(kind: str, problem: GemmProblem, configs: list[dict], label: str) -> None:
+    def add(kind: str, name: str, problem: GemmProblem, configs: list[dict], label: str) -> None:
         for config in configs:
             jid = len(jobs)
-            jobs.append({"id": jid, "family": FAMILY, "config": config, "problem": problem.as_dict(),
-                         "timeout_s": 30.0, "kind": "screen"})
-            meta[jid] = {"set": kind, "label": label}
-    for m, n, k in EDGE_SHAPES:
-        p = GemmProblem(m, n, k)
-        add("edge", p, sample(p, args.edge_configs, rng), "edge")
-    for label, (n, k) in LAYERS.items():
-        for m in DECODE_M:
+            jobs.append({"id": jid, "family": name, "config": config, "problem": problem.as_dict(),
+                         "timeout_s": args.timeout, "kind": "screen"})
+            meta[jid] = {"set": kind, "label": label, "family": name}
+    for name in families:
+        for m, n, k in EDGE_SHAPES:
             p = GemmProblem(m, n, k)
-            add("decode", p, sample(p, args.per_shape, rng), label)
+            add("edge", name, p, sample(name, p, args.edge_configs, rng), "edge")
+        for label, (n, k) in LAYERS.items():
+            for m in decode_m:
+                p = GemmProblem(m, n, k)
+                add("decode", name, p, sample(name, p, args.per_shape, rng), label)
 
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp()
-    family = get_family(FAMILY)
-    unique = {json.dumps(j["config"], sort_keys=True): j["config"] for j in jobs}
+    unique = {json.dumps([j["family"], j["config"]], sort_keys=True): j for j in jobs}
     with CompilePool(os.cpu_count() or 4, cache_dir=cache_dir) as pool:  # compile ahead, all cores
-        futures = [pool.submit(family, c, "bf16", "sm_90a") for c in unique.values()]
+        futures = [pool.submit(get_family(j["family"]), j["config"], "bf16", "sm_90a")
+                   for j in unique.values()]
         compiled = [f.result() for f in futures]
     compile_failed = [r.log[:300] for r in compiled if not r.ok]
     outcomes, worker = {}, {}
@@ -110,7 +118,7 @@ def main() -> None:
     for r in rows:
         if r["set"] != "decode" or r["status"] != "OK":
             continue
-        key = (r["M"], r["N"], r["K"])
+        key = (r["family"], r["M"], r["N"], r["K"])
         if key not in best or r["ratio"] > best[key]["ratio"]:
             best[key] = r
     report = {
@@ -126,7 +134,7 @@ def main() -> None:
     }
     out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "decode_probe_h200.json").write_text(json.dumps(report, indent=1, default=str))
+    (out_dir / f"{args.name}_h200.json").write_text(json.dumps(report, indent=1, default=str))
     read = bandwidth["read_tbs_best"]
     print(f"stream read {read:.2f} TB/s (median {bandwidth['read_tbs_median']:.2f}), "
           f"copy {bandwidth['copy_tbs_best']:.2f}; statuses {report['status_counts']}; "
@@ -134,9 +142,9 @@ def main() -> None:
     for r in rows:
         if r["status"] not in ("OK", None) and r["status"] != "INVALID":
             print("  ", r["status"], r["M"], r["N"], r["K"], json.dumps(r["config"]), r["log"][:120])
-    print(f"{'shape':>18} {'ratio':>6} {'TB/s':>5} {'%read':>5} {'cuBLAS TB/s':>11}  config")
-    for r in sorted(best.values(), key=lambda r: (r["N"], r["K"], r["M"])):
-        print(f"{r['M']:>5}x{r['N']:>5}x{r['K']:>5} {r['ratio']:6.3f} {r['tbs']:5.2f} "
+    print(f"{'family':>12} {'shape':>18} {'ratio':>6} {'TB/s':>5} {'%read':>5} {'cuBLAS TB/s':>11}  config")
+    for r in sorted(best.values(), key=lambda r: (r["N"], r["K"], r["M"], r["family"])):
+        print(f"{r['family']:>12} {r['M']:>5}x{r['N']:>5}x{r['K']:>5} {r['ratio']:6.3f} {r['tbs']:5.2f} "
               f"{100 * r['tbs'] / read:5.1f} {r['cublas_tbs']:11.2f}  {json.dumps(r['config'])}")
 
 

@@ -38,9 +38,11 @@ def _entries(seed: int) -> list[DispatchEntry]:
     """Entries of every family and dtype, with random valid configs (split-K, clusters)."""
     rng = random.Random(seed)
     entries = []
-    for i in range(45):
-        family = FAMILIES[("mma_sm80", "wgmma_sm90", "skinny_sm90")[i % 3]]
-        ms = [1, 3, 8, 16, 33, 64] if family.family == "skinny_sm90" else [16, 64, 128, 512, 2048, 4096, 8192]
+    names = ("mma_sm80", "wgmma_sm90", "skinny_sm90", "stream_sm90")
+    for i in range(48):
+        family = FAMILIES[names[i % len(names)]]
+        ms = {"skinny_sm90": [1, 3, 8, 16, 33, 64], "stream_sm90": [1, 3, 8, 17, 32]}.get(
+            family.family, [16, 64, 128, 512, 2048, 4096, 8192])
         problem = GemmProblem(rng.choice(ms), rng.choice([256, 1024, 4096, 6144, 14336]),
                               rng.choice([64, 512, 4096, 14336]), ("bf16", "fp16")[i % 4 == 0])
         (config,) = sample_configs(family, problem, H200, 1, seed=seed * 100 + i)

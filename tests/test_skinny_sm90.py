@@ -2,11 +2,9 @@
 compiles (no spills, HMMA present, every knob reaching the cubin or the launch)."""
 from __future__ import annotations
 
-import random
 
-import pytest
-
-from tunefw.compiler import CompilePool, sass_check
+from family_checks import assert_every_knob_reaches_the_cubin_or_the_launch, pool, valid_sample  # noqa: F401
+from tunefw.compiler import sass_check
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.templates import get_family
@@ -15,6 +13,8 @@ SKINNY = get_family("skinny_sm90")
 BASE = {"BN": 32, "MTILES": 2, "KV": 2, "PF": 2, "WARPS": 4, "CK": 2, "L2PF": 0, "OCC": 1}
 DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16)
           for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
+
+SHAPES = [GemmProblem(1, 4096, 4096), GemmProblem(16, 4096, 14336), GemmProblem(64, 6144, 4096)]
 
 
 def check(config: dict, m: int, n: int = 4096, k: int = 4096) -> str | None:
@@ -70,22 +70,8 @@ def test_name_expression_orders_the_template_arguments_as_the_kernel():
     assert SKINNY.name_expression(BASE, "fp16") == "gemm_skinny_sm90<1, 32, 2, 2, 2, 4, 2, 0, 1>"
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    with CompilePool(2, cache_dir=tmp_path_factory.mktemp("cubins")) as pool:
-        yield pool
-
-
-def _valid_sample(n: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    space = list(SKINNY.iter_space())
-    rng.shuffle(space)
-    shapes = [GemmProblem(1, 4096, 4096), GemmProblem(16, 4096, 14336), GemmProblem(64, 6144, 4096)]
-    return [c for c in space if any(SKINNY.check(c, p, H200) is None for p in shapes)][:n]
-
-
 def test_valid_configs_compile_without_spills_and_use_tensor_cores(pool):
-    configs = _valid_sample(10, seed=5) + [
+    configs = valid_sample(SKINNY, 10, 5, SHAPES) + [
         {**BASE, "CK": 16, "WARPS": 4, "MTILES": 1},  # the largest cluster's DSMEM epilogue
         {**BASE, "WARPS": 16, "MTILES": 1, "KV": 1, "PF": 1, "OCC": 2},
     ]
@@ -99,11 +85,4 @@ def test_valid_configs_compile_without_spills_and_use_tensor_cores(pool):
 def test_every_knob_changes_the_cubin_or_the_launch(pool):
     problem = GemmProblem(16, 4096, 4096)
     base = {**BASE, "OCC": 2}
-    base_cubin = pool.submit(SKINNY, base, "bf16", "sm_90a").result().cubin
-    base_launch = SKINNY.launch(base, problem, H200)
-    for p in SKINNY.params:
-        other = next(v for v in p.values if v != base[p.name]
-                     and SKINNY.check({**base, p.name: v}, problem, H200) is None)
-        config = {**base, p.name: other}
-        cubin = pool.submit(SKINNY, config, "bf16", "sm_90a").result().cubin
-        assert cubin != base_cubin or SKINNY.launch(config, problem, H200) != base_launch, p.name
+    assert_every_knob_reaches_the_cubin_or_the_launch(SKINNY, base, problem, pool)

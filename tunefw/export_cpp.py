@@ -57,10 +57,15 @@ CPP_FITS = {
   const int64_t steps = cdiv(K, 32 * KV), per_rank = cdiv(steps, CK);
   if (per_rank * (CK - 1) >= steps) return false;
   return per_rank >= WARPS;""",
+    "stream_sm90": """  const int64_t need = cdiv(M, 8);
+  if (MTILES < need || MTILES > 2 * need) return false;
+  if (BN - 16 >= N) return false;
+  const int64_t chunks = cdiv(K, BK);
+  return cdiv(chunks, CK) * (CK - 1) < chunks;""",
 }
 # Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
 # dtype code, then one per declared param in declaration order (templates/<family>.py).
-KNOBS_FROM_ARGS = ("skinny_sm90",)
+KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90")
 RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
 RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
 _INT = re.compile(r"-?[0-9]{1,19}")

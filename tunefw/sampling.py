@@ -2,7 +2,9 @@
 enqueue) and the samplers over them, shared by the search and the sampler process."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import warnings
 from typing import Any, Callable, Container, Sequence
@@ -24,6 +26,8 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 OBJECTIVE = "ratio_vs_cublas"  # the durable studies' metric name
 
+FAMILY_PARAM = "family"  # the Optuna param that chooses the family of a multi-family search
+
 
 def config_key(family: str, config: dict) -> str:
     """Canonical identity of a config: the reuse and dedupe key."""
@@ -40,7 +44,7 @@ def distributions_for(family: KernelTemplate, families: Sequence[str]) -> dict[s
     """The distributions a search over ``families`` gives one family's config, by Optuna name."""
     dists: dict[str, BaseDistribution] = {}
     if len(families) > 1:
-        dists["family"] = CategoricalDistribution(list(families))
+        dists[FAMILY_PARAM] = CategoricalDistribution(list(families))
     for p in family.params:
         dists[optuna_name(family, p)] = p.distribution()
     return dists
@@ -61,7 +65,7 @@ def suggest_config(trial: optuna.Trial, family: KernelTemplate) -> dict:
 
 def params_for(family: KernelTemplate, config: dict, families: Sequence[str]) -> dict[str, Any]:
     """The Optuna params that make ``suggest_config`` reproduce ``config`` (enqueue, restore)."""
-    params: dict[str, Any] = {"family": family.family} if len(families) > 1 else {}
+    params: dict[str, Any] = {FAMILY_PARAM: family.family} if len(families) > 1 else {}
     params.update({optuna_name(family, p): config[p.name] for p in family.params})
     return params
 
@@ -100,12 +104,25 @@ class ScreenedTPE(optuna.samplers.TPESampler):
         return values
 
 
+@functools.lru_cache(maxsize=4096)
+def serves(family_name: str, problem: GemmProblem, device: DeviceSpec) -> bool:
+    """Whether any config of the family is valid for the problem (seeds first: usually one is)."""
+    family = get_family(family_name)
+    return any(family.check(c, problem, device) is None
+               for c in itertools.chain(family.seed_configs(), family.iter_space()))
+
+
 def screen_candidates(samples: dict[str, np.ndarray], families: Sequence[str],
                       problem: GemmProblem, device: DeviceSpec,
                       known: Container[str]) -> np.ndarray | None:
     """For TPE's candidates of one family's whole config (Optuna's internal representation):
-    True where the config is valid for the problem and not yet known; None for a sample that
-    is not one family's config (the family choice of a multi-family search)."""
+    True where the config is valid for the problem and not yet known; for the family choice of
+    a multi-family search, True where the family has a valid config for the problem (a decode
+    family never serves a 4096-row problem); None for anything else."""
+    if set(samples) == {FAMILY_PARAM} and len(families) > 1:
+        choice = CategoricalDistribution(list(families))
+        return np.array([serves(choice.to_external_repr(v), problem, device)
+                         for v in samples[FAMILY_PARAM]], dtype=bool)
     for fam_name in families:
         family = get_family(fam_name)
         knobs = {optuna_name(family, p): (p, p.distribution()) for p in family.params}

@@ -15,7 +15,7 @@ from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.sampler_host import RemoteTPE, SamplerHost
-from tunefw.sampling import (OBJECTIVE, ScreenedTPE, config_key, distributions_for,
+from tunefw.sampling import (FAMILY_PARAM, OBJECTIVE, ScreenedTPE, config_key, distributions_for,
                              encoding_mismatch, make_sampler, params_for, screen_candidates,
                              suggest_config)
 from tunefw.templates import get_family
@@ -124,7 +124,7 @@ class ProblemSearch:
         elif isinstance(sampler, RemoteTPE):
             sampler.known = known
         trial = self.study.ask()
-        fam_name = (trial.suggest_categorical("family", self.families)
+        fam_name = (trial.suggest_categorical(FAMILY_PARAM, self.families)
                     if len(self.families) > 1 else self.families[0])
         family = get_family(fam_name)
         config = suggest_config(trial, family)

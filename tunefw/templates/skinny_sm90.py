@@ -46,7 +46,7 @@ def m_tiles_needed(m: int) -> int:
 class SkinnySm90(KernelTemplate):
     family = "skinny_sm90"
     source = "skinny_sm90.cuh"
-    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh")
+    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
     kernel = "gemm_skinny_sm90"
     min_cc = 90  # thread-block clusters and DSMEM
     tensor_op = "HMMA"

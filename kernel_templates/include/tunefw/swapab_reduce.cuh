@@ -1,0 +1,148 @@
+// tunefw/swapab_reduce.cuh: the deterministic epilogue of the swap-AB decode kernels
+// (skinny_sm90, stream_sm90), which compute C^T = B A^T with mma.sync m16n8k16 and split K over
+// warps and over the CTAs of a thread-block cluster.
+//
+// Each of PW warps holds acc[RT][MT][4] for a BN x 8*MT tile of C^T in the m16n8k16 accumulator
+// layout: acc[i][t][j] is C^T(n = i*16 + g + 8*(j >= 2), m = t*8 + 2c + (j&1)). The partials go
+// to shared memory, are summed in warp order, then (CK > 1) rank r sums its share of the tile
+// over the cluster's CTAs through DSMEM in rank order, adds the bias and writes C with 16-byte
+// stores. No global workspace, nothing persists between launches, the same bits every launch.
+#pragma once
+
+#include "tunefw/sm80.cuh"
+#include "tunefw/sm90.cuh"
+
+namespace tunefw {
+namespace swapab {
+
+__device__ __forceinline__ void ld_cluster_v4_f32(u32 addr, float (&f)[4]) {
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// bf16 / fp16 bits -> float.
+template <int DTYPE>
+__device__ __forceinline__ float to_f32(u16 h) {
+  if (DTYPE == 0) return __uint_as_float((u32)h << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// The finished sums of 8 consecutive columns n..n+7 of row m: bias added, rounded, one
+// 16-byte store.
+template <int DTYPE>
+__device__ __forceinline__ void store_group(u16* C, const u16* bias, int m, int n, int N,
+                                            const float (&s)[8]) {
+  u32 out[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float x0 = s[2 * e], x1 = s[2 * e + 1];
+    if (bias) {
+      x0 += to_f32<DTYPE>(bias[n + 2 * e]);
+      x1 += to_f32<DTYPE>(bias[n + 2 * e + 1]);
+    }
+    out[e] = pack_x2<DTYPE>(x0, x1);
+  }
+  st_global_v4_u32(C + (long long)m * N + n, out[0], out[1], out[2], out[3]);
+}
+
+// Shared memory: PW partial tiles of MT*8 rows (m) x BN columns (n), rows padded by 4 floats
+// so that the accumulator stores of a warp hit 32 different banks.
+template <int BN, int MT, int PW>
+struct Partials {
+  static constexpr int ROW = BN + 4;
+  static constexpr int TILE = MT * 8 * ROW;
+  static constexpr int bytes = PW * TILE * 4;
+};
+
+// The epilogue, called by all THREADS threads of the CTA (and, CK > 1, of every CTA of the
+// cluster); warps below PW hand in their accumulators, the others only help reduce and store.
+template <int DTYPE, int BN, int MT, int PW, int CK, int THREADS>
+__device__ __forceinline__ void reduce_store(float* smem, const float (&acc)[BN / 16][MT][4],
+                                             int tid, int rank, int n0, u16* C, const u16* bias,
+                                             int M, int N) {
+  using P = Partials<BN, MT, PW>;
+  constexpr int RT = BN / 16;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  if (PW * 32 == THREADS || warp < PW) {  // every warp holds partials unless some only help
+    float* mine = smem + warp * P::TILE;
+#pragma unroll
+    for (int i = 0; i < RT; ++i)
+#pragma unroll
+      for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int n = i * 16 + g + ((j >> 1) << 3);
+          const int m = t * 8 + 2 * c + (j & 1);
+          mine[m * P::ROW + n] = acc[i][t][j];
+        }
+  }
+  __syncthreads();
+
+  // Groups of 8 consecutive n of one m: 16-byte stores of C (N % 8 == 0, so wholly in or out).
+  constexpr int NG = BN / 8;
+  constexpr int GROUPS = MT * 8 * NG;
+  const int m_rows = imin(M, MT * 8);
+  if (CK == 1) {
+    for (int q = tid; q < GROUPS; q += THREADS) {
+      const int m = q / NG, n = (q % NG) * 8;
+      if (m >= m_rows || n0 + n >= N) continue;
+      float s[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s[e] = 0.f;
+      for (int w = 0; w < PW; ++w) {  // warp order: deterministic
+        const float4* src = reinterpret_cast<const float4*>(smem + w * P::TILE + m * P::ROW + n);
+        const float4 lo = src[0], hi = src[1];
+        s[0] += lo.x; s[1] += lo.y; s[2] += lo.z; s[3] += lo.w;
+        s[4] += hi.x; s[5] += hi.y; s[6] += hi.z; s[7] += hi.w;
+      }
+      store_group<DTYPE>(C, bias, m, n0 + n, N, s);
+    }
+    return;
+  }
+
+  // CK > 1: sum this CTA's warps into tile 0, then rank r finishes groups r, r + CK, ... over
+  // the cluster's tiles (DSMEM, rank order: deterministic).
+  constexpr int QUADS = MT * 8 * (BN / 4);
+  for (int q = tid; q < QUADS; q += THREADS) {
+    const int m = q / (BN / 4), n = (q % (BN / 4)) * 4;
+    if (m >= m_rows) continue;
+    float4 s = *reinterpret_cast<const float4*>(smem + m * P::ROW + n);
+    for (int w = 1; w < PW; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(smem + w * P::TILE + m * P::ROW + n);
+      s.x += x.x; s.y += x.y; s.z += x.z; s.w += x.w;
+    }
+    *reinterpret_cast<float4*>(smem + m * P::ROW + n) = s;
+  }
+  sm90::cluster_sync();
+  const u32 base = sm90::smem_u32(smem);
+  for (int q = rank * THREADS + tid; q < GROUPS; q += CK * THREADS) {
+    const int m = q / NG, n = (q % NG) * 8;
+    if (m >= m_rows || n0 + n >= N) continue;
+    float s[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s[e] = 0.f;
+    const u32 off = base + (u32)((m * P::ROW + n) * 4);
+#pragma unroll 2  // registers: every rank's 8 floats in flight at once cost 8*CK
+    for (int r = 0; r < CK; ++r) {
+      float lo[4], hi[4];
+      const u32 remote = sm90::mapa(off, (u32)r);
+      ld_cluster_v4_f32(remote, lo);
+      ld_cluster_v4_f32(remote + 16, hi);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[e] += lo[e];
+        s[4 + e] += hi[e];
+      }
+    }
+    store_group<DTYPE>(C, bias, m, n0 + n, N, s);
+  }
+  sm90::cluster_sync();  // no CTA leaves while another still reads its shared memory
+}
+
+}  // namespace swapab
+}  // namespace tunefw

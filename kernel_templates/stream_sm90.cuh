@@ -1,0 +1,163 @@
+// stream_sm90: a bandwidth-bound GEMM for small M (decode), C[M,N] = A[M,K] * B[N,K]^T, that
+// streams the weight B through a deep shared-memory ring filled by TMA.
+//
+// Decode GEMMs read the weight B once and little else, so the limit is HBM bandwidth, and what
+// sets it per SM is the bytes in flight (Little's law: ~32-64 KB per SM at HBM latency). Here one
+// producer thread keeps STAGES chunks of BN rows x BK k of B (and the M rows of A beside them)
+// in flight with 2D TMA loads of 64-k boxes (128-byte swizzle, mbarrier-completed): the bytes in
+// flight cost no registers and 2*BK/64 instructions per chunk (one bulk copy per row, tried
+// first, was bound by the copy rate: twice as slow at M=16 as at M=1). TMA zero-fills rows past
+// N or M and k past K, so edges need no code. WARPS consumer warps take the chunk's k16 steps
+// in turn: ldmatrix through the swizzle (conflict-free), swap-AB mma.sync m16n8k16 (B's rows are
+// the MMA's 16-row side, the few rows of A its 8-wide side), then release the stage.
+//
+// Work: a CTA owns BN rows of B; a cluster of CK CTAs splits K (rank r takes chunks r*P..); the
+// epilogue (tunefw/swapab_reduce.cuh) sums the warps in shared memory and the cluster's CTAs
+// through DSMEM in a fixed order: deterministic, no workspace, nothing kept between launches.
+#pragma once
+
+#include "tunefw/sm80.cuh"
+#include "tunefw/sm90.cuh"
+#include "tunefw/swapab_reduce.cuh"
+
+namespace tunefw {
+namespace stream {
+
+// The driver's opaque tensor map (cuTensorMapEncodeTiled), 128 bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// Shared memory (from a 1024-byte aligned base, as the 128-byte swizzle needs): the ring of
+// STAGES stages, each BK/64 boxes of B (BN rows x 128 bytes) then BK/64 boxes of A (MT*8 rows),
+// then the epilogue's partial tiles, then 2*STAGES mbarriers (full, empty).
+template <int BN, int MT, int BK, int STAGES, int WARPS>
+struct Layout {
+  static constexpr int BOXES = BK / 64;
+  static constexpr int B_BOX = BN * 128, A_BOX = MT * 8 * 128;
+  static constexpr int A_OFF = BOXES * B_BOX;
+  static constexpr int STAGE = BOXES * (B_BOX + A_BOX);
+  static constexpr int RING = STAGES * STAGE;
+  static constexpr int PARTIALS = swapab::Partials<BN, MT, WARPS>::bytes;
+  static constexpr int BARS = RING + PARTIALS;
+  static constexpr int bytes = BARS + 2 * STAGES * 8 + 1024;  // + the alignment slack
+};
+
+// Address of 16-byte chunk (k / 8) of `row` in a stage whose boxes of `box` bytes hold 64 k of
+// every row, 128 bytes per row, chunks XOR-swizzled by row % 8 (CU_TENSOR_MAP_SWIZZLE_128B).
+__device__ __forceinline__ u32 swizzled(u32 base, int box, int row, int k) {
+  return base + (u32)((k >> 6) * box + row * 128 + ((((k >> 3) & 7) ^ (row & 7)) << 4));
+}
+
+// Consumer: warp `warp` multiplies k16 steps warp, warp + WARPS, ... of one resident chunk of
+// `steps` k16 steps (TMA zero-filled whatever lies past K).
+template <int DTYPE, int BN, int MT, int BK, int WARPS>
+__device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int lane,
+                                          float (&acc)[BN / 16][MT][4]) {
+  constexpr int RT = BN / 16;
+  using L = Layout<BN, MT, BK, 1, WARPS>;
+  // ldmatrix rows: x4 over a 16x16 B tile (lanes 0-15 k 0-7, 16-31 k 8-15), x2 over an 8x16
+  // A tile (lanes 0-7 k 0-7, 8-15 k 8-15).
+  const int b_row = lane & 15, b_k = (lane >> 4) * 8;
+  const int a_row = lane & 7, a_k = ((lane >> 3) & 1) * 8;
+#pragma unroll 2
+  for (int t = warp; t < steps; t += WARPS) {
+    u32 a[RT][4], b[MT][2];
+#pragma unroll
+    for (int i = 0; i < RT; ++i)
+      ldmatrix_x4(a[i], swizzled(stage, L::B_BOX, i * 16 + b_row, t * 16 + b_k));
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      ldmatrix_x2(b[m], swizzled(stage + L::A_OFF, L::A_BOX, m * 8 + a_row, t * 16 + a_k));
+#pragma unroll
+    for (int i = 0; i < RT; ++i)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) mma_16816<DTYPE>(acc[i][m], a[i], b[m][0], b[m][1]);
+  }
+}
+
+}  // namespace stream
+}  // namespace tunefw
+
+template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK>
+__global__ void __launch_bounds__((WARPS + 1) * 32, 1)
+    gemm_stream_sm90(const __grid_constant__ tunefw::stream::TensorMap tmap_a,
+                     const __grid_constant__ tunefw::stream::TensorMap tmap_b,
+                     tunefw::u16* __restrict__ C, const tunefw::u16* __restrict__ bias, int M, int N,
+                     int K) {
+  using namespace tunefw;
+  using namespace tunefw::stream;
+  using L = Layout<BN, MT, BK, STAGES, WARPS>;
+  constexpr int RT = BN / 16;
+  constexpr int THREADS = (WARPS + 1) * 32;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int rank = CK > 1 ? (int)sm90::cluster_ctarank() : 0;
+  const int n0 = (blockIdx.x / CK) * BN;
+  unsigned char* smem = smem_raw + ((1024 - (sm90::smem_u32(smem_raw) & 1023)) & 1023);
+  const u32 ring = sm90::smem_u32(smem);
+  const u32 full = ring + L::BARS, empty = full + STAGES * 8;
+
+  // This rank's chunks [c_begin, c_end) of BK k each.
+  const int chunks = (K + BK - 1) / BK;
+  const int per_rank = (chunks + CK - 1) / CK;
+  const int c_begin = rank * per_rank;
+  const int c_end = imin(chunks, c_begin + per_rank);
+
+  if (tid == 0) {
+    sm90::tma_prefetch_desc(&tmap_a);
+    sm90::tma_prefetch_desc(&tmap_b);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(full + s * 8, 1);
+      sm90::mbar_init(empty + s * 8, WARPS);
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  float acc[RT][MT][4];
+#pragma unroll
+  for (int i = 0; i < RT; ++i)
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][m][j] = 0.f;
+
+  if (warp == WARPS) {  // producer: one thread issues each chunk's boxes
+    if (lane == 0) {
+      for (int ch = c_begin; ch < c_end; ++ch) {
+        const int j = ch - c_begin, s = j % STAGES;
+        const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
+        if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+        sm90::mbar_arrive_expect_tx(bar, (u32)L::STAGE);  // full boxes: TMA zero-fills edges
+#pragma unroll
+        for (int x = 0; x < L::BOXES; ++x) {
+          const int k = ch * BK + x * 64;
+          sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
+          sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
+        }
+      }
+    }
+  } else {  // consumers
+    for (int ch = c_begin; ch < c_end; ++ch) {
+      const int j = ch - c_begin, s = j % STAGES;
+      sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
+      mma_chunk<DTYPE, BN, MT, BK, WARPS>(ring + (u32)(s * L::STAGE),
+                                          (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(empty + s * 8);
+    }
+  }
+
+  swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS>(
+      reinterpret_cast<float*>(smem + L::RING), acc, tid, rank, n0, C, bias, M, N);
+}

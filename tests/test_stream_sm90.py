@@ -1,0 +1,85 @@
+"""stream_sm90 (the bulk-copy decode family) on the CPU: its rules, launch geometry, seeds, and
+real sm_90a compiles (no spills, HMMA and TMA loads present, every knob reaching the cubin or
+the launch)."""
+from __future__ import annotations
+
+
+from family_checks import assert_every_knob_reaches_the_cubin_or_the_launch, pool, valid_sample  # noqa: F401
+from tunefw.compiler import sass_check, sass_opcodes
+from tunefw.device import H200
+from tunefw.problem import GemmProblem
+from tunefw.templates import get_family
+
+STREAM = get_family("stream_sm90")
+BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1}
+DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16, 32)
+          for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
+
+SHAPES = [GemmProblem(1, 4096, 4096), GemmProblem(16, 4096, 14336), GemmProblem(32, 6144, 4096)]
+
+
+def check(config: dict, m: int, n: int = 4096, k: int = 4096) -> str | None:
+    return STREAM.check({**BASE, **config}, GemmProblem(m, n, k), H200)
+
+
+def test_mtiles_must_hold_m_and_no_more_than_twice_what_it_needs():
+    assert check({"MTILES": 2}, 16) is None and check({"MTILES": 2}, 5) is None
+    assert "holds M <= 16 rows" in check({"MTILES": 2}, 17)
+    assert "more than twice" in check({"MTILES": 4}, 8)
+    assert check({"MTILES": 4}, 32) is None
+
+
+def test_work_rules_name_the_knob_and_the_shape():
+    assert "past N=8" in check({"BN": 32}, 1, n=8)
+    assert check({"BN": 16, "BK": 128, "WARPS": 1}, 1, n=8, k=8) is None
+    # K=4096, BK=512: 8 stages; a cluster of 16 ranks leaves half of them without work
+    assert "without work" in check({"BK": 512, "CK": 16}, 1)
+    assert check({"BK": 256, "CK": 16}, 1) is None
+
+
+def test_shared_memory_is_the_ring_the_partials_the_barriers_and_the_alignment_slack():
+    config = {**BASE, "STAGES": 6, "MTILES": 2}
+    ring = 6 * (32 + 16) * 2 * 256
+    assert STREAM.smem_bytes(config) == ring + 4 * 16 * 36 * 4 + 6 * 16 + 1024
+    big = {**BASE, "BN": 64, "MTILES": 4, "BK": 512, "STAGES": 8}
+    assert "shared memory" in check(big, 32)
+
+
+def test_launch_geometry_follows_the_config():
+    p = GemmProblem(16, 4104, 4096)
+    config = {**BASE, "MTILES": 2, "CK": 4, "WARPS": 8}
+    launch = STREAM.launch(config, p, H200)
+    assert launch.grid == (129 * 4, 1, 1) and launch.cluster == (4, 1, 1)
+    assert launch.block == (9 * 32, 1, 1) and launch.workspace_bytes == 0
+    assert launch.smem_bytes == STREAM.smem_bytes(config)
+    maps = STREAM.tensor_map_specs(config, p)
+    assert maps["a"] == {"dims": (4096, 16), "strides": (8192,), "box": (64, 16), "swizzle": 128}
+    assert maps["b"] == {"dims": (4096, 4104), "strides": (8192,), "box": (64, 32), "swizzle": 128}
+
+
+def test_every_decode_shape_gets_valid_seeds():
+    for p in DECODE:
+        seeds = [c for c in STREAM.seed_configs() if STREAM.check(c, p, H200) is None]
+        assert len(seeds) >= 2, p
+
+
+def test_name_expression_orders_the_template_arguments_as_the_kernel():
+    assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1>"
+
+
+def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):
+    configs = valid_sample(STREAM, 6, 3, SHAPES) + [
+        {**BASE, "CK": 16, "WARPS": 8, "BK": 128, "MTILES": 4, "BN": 64, "STAGES": 2},
+    ]
+    results = [pool.submit(STREAM, c, "bf16", "sm_90a") for c in configs]
+    for config, future in zip(configs, results):
+        r = future.result()
+        assert r.ok, (config, r.log[:500])
+        assert r.spill_bytes == 0 and sass_check(r.cubin, require_op="HMMA") is None, config
+        assert "UTMALDG" in {op.split(".", 1)[0] for op in sass_opcodes(r.cubin)}, config
+
+
+def test_every_knob_changes_the_cubin_or_the_launch(pool):
+    problem = GemmProblem(16, 4096, 4096)
+    base = {**BASE, "MTILES": 2, "CK": 2}
+    assert_every_knob_reaches_the_cubin_or_the_launch(STREAM, base, problem, pool)

@@ -28,10 +28,10 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
-from tunefw import ops  # noqa: E402
-from tunefw.bench import host_us, overhead_us, run_bench, verify_raw  # noqa: E402
-from tunefw.runtime import _current_stream  # noqa: E402
-from tunefw.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
+from tunefw.runtime import ops  # noqa: E402
+from tunefw.measure.bench import host_us, overhead_us, run_bench, verify_raw  # noqa: E402
+from tunefw.runtime.dispatcher import _current_stream  # noqa: E402
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
 from tunefw.errors import UserError  # noqa: E402
 from tunefw.evaluate import method  # noqa: E402
 from tunefw.report import bench_html  # noqa: E402

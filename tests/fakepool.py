@@ -9,13 +9,13 @@ from typing import Any, Callable
 
 from tunefw.compiler import CompileResult
 from tunefw.device import H200
-from tunefw.evaluate.outcome import Outcome, Status
 from tunefw.evaluate.sim import SimEvaluator
-from tunefw.pipeline import Pipeline, ProblemState
-from tunefw.pool import Job, Slot, WorkerPool
-from tunefw.recorder import Recorder
+from tunefw.outcome import Outcome, Status
 from tunefw.store import queries as q
-from tunefw.study import SimSettings, StudySpec
+from tunefw.study.spec import SimSettings, StudySpec
+from tunefw.tune.pipeline import Pipeline, ProblemState
+from tunefw.tune.pool import Job, Slot, WorkerPool
+from tunefw.tune.recorder import Recorder
 
 
 class Killed(Exception):

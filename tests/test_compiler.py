@@ -10,7 +10,7 @@ from faults.fault_family import FAULT_DIR, BrokenTemplate, FaultFamily, HangingC
 from tunefw import compiler
 from tunefw.compiler import CompilePool, compile_kernel, sass_check
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 
 FAULT = FaultFamily()
 

@@ -13,15 +13,15 @@ from conftest import run_cli
 from fakepool import finishing_pipeline
 from tunefw.device import H200
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
-from tunefw.pipeline import ProblemState
-from tunefw.recorder import Row
-from tunefw.search import ProblemSearch
+from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.study import parse_study
-from tunefw.sweep import _guard_round, storage_for
+from tunefw.study.spec import parse_study
 from tunefw.templates import get_family
+from tunefw.tune.pipeline import ProblemState
+from tunefw.tune.recorder import Row
+from tunefw.tune.search import ProblemSearch
+from tunefw.tune.sweep import _guard_round, storage_for
 
 WGMMA = get_family("wgmma_sm90")
 OUTCOMES = [Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0),

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import invoke_cli
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Trial, Winner

@@ -10,16 +10,16 @@ import pytest
 
 from conftest import invoke_cli
 from fakepool import FakeCompiler, FakePool, Killed
-from tunefw.evaluate.outcome import NOT_COUNTED, Outcome, Status
-from tunefw.pipeline import ProblemState
-from tunefw.recorder import Recorder, Row
-from tunefw.search import ProblemSearch, config_key
+from tunefw.outcome import NOT_COUNTED, Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Trial, Winner
-from tunefw.study import parse_study
-from tunefw.sweep import LaunchOptions, Sweep, storage_for
-from tunefw.templates import get_family
+from tunefw.study.spec import parse_study
+from tunefw.templates import config_key, get_family
+from tunefw.tune.pipeline import ProblemState
+from tunefw.tune.recorder import Recorder, Row
+from tunefw.tune.search import ProblemSearch
+from tunefw.tune.sweep import LaunchOptions, Sweep, storage_for
 
 SHAPES = ["256x256x256", "512x256x128"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Status
 from tunefw.framing import recv, send
+from tunefw.outcome import Status
 from tunefw.templates.base import TEMPLATE_DIR, KernelTemplate, source_files
 
 FLAGS = ("-std=c++17", "--ptxas-options=-v")

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from tunefw.errors import UserError
 from tunefw.fileio import write_atomic
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 from tunefw.store import Store
 from tunefw.store import queries as q
 

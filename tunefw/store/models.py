@@ -10,7 +10,7 @@ from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, Str
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from tunefw.evaluate.outcome import cublas_ratio
+from tunefw.outcome import cublas_ratio
 
 SCHEMA_VERSION = 1
 

@@ -1,29 +1,31 @@
 """The reads and writes the CLI and the sweep need, each in one short function."""
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
+from typing import Protocol
 
 from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import NOT_COUNTED, Outcome, Status, cublas_ratio
+from tunefw.outcome import NOT_COUNTED, Outcome, Status, cublas_ratio, fingerprint_key
 from tunefw.problem import GemmProblem
 from tunefw.store.models import Problem, Study, Trial, Winner
-from tunefw.study import StudySpec
 
 
-def fingerprint_key(fingerprint: dict) -> str:
-    """Identity of a device for reuse: what changes timings (not clocks read at one moment),
-    the timing method included."""
-    stable = {k: fingerprint.get(k) for k in ("name", "cc", "sm_count", "driver", "cuda",
-                                              "compiler", "simulated", "method")}
-    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]
+class StudyFile(Protocol):
+    """What a new study row is made of (tunefw.study.spec.StudySpec is one: the store knows the
+    study file only by these)."""
+
+    name: str
+    problems: list[GemmProblem]
+    labels: list[str]
+
+    def to_dict(self) -> dict: ...
 
 
-def create_study(s: Session, spec: StudySpec) -> Study:
+def create_study(s: Session, spec: StudyFile) -> Study:
+    """A new study with its problems, from a validated study file."""
     if s.scalar(select(Study).where(Study.name == spec.name)) is not None:
         raise UserError(f"study {spec.name!r} already exists (tunefw study delete {spec.name})")
     study = Study(name=spec.name, spec=spec.to_dict(), round=0)

@@ -1,5 +1,5 @@
-"""The package's shape: no import cycle among tunefw modules, and every import goes down the
-layers (a layer uses the ones below it, never one above)."""
+"""The package's shape: no import cycle among tunefw modules, no module over the line limit, and
+every import goes down the layers (a layer uses the ones below it, never one above)."""
 from __future__ import annotations
 
 import ast
@@ -7,6 +7,7 @@ import ast
 from conftest import REPO
 
 PACKAGE = REPO / "tunefw"
+MAX_LINES = 400
 # Lowest first. The top-level modules not in a folder are the vocabulary every layer shares
 # (and the two that the kernel benchmarks import by their old names: compiler, roofline).
 LAYERS = [
@@ -84,6 +85,12 @@ def test_no_import_cycle_among_tunefw_modules():
             visit(module, [])
     assert cycles == []
     assert "tunefw.tune.search" not in graph["tunefw.tune.sampler_host"]
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
 
 
 def test_every_module_has_a_layer_and_imports_only_its_own_and_lower_ones():

@@ -93,8 +93,8 @@ def test_study_show_marks_problems_exported_as_cublas(tuned_db, monkeypatch):
     routes = {(p["M"], p["N"]): p["export_route"] for p in shown["problems"]}
     assert routes[(16, 1536)] == "cublas" and routes[(32, 1536)] == "kernel"
     from rich.console import Console
-    import tunefw.cli.app
-    monkeypatch.setattr(tunefw.cli.app, "out", Console(width=300))
+    import tunefw.cli.study
+    monkeypatch.setattr(tunefw.cli.study, "out", Console(width=300))
     text = _run("study", "show", "m").stdout
     assert "cuBLAS (loses)" in text
 

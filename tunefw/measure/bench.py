@@ -24,7 +24,8 @@ from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
 from tunefw.roofline import figures, roofline, stream_read_tbs
 from tunefw.runtime.dispatch import DispatchTable
-from tunefw.runtime.dispatcher import Dispatcher, _current_stream
+from tunefw.runtime.dispatcher import Dispatcher
+from tunefw.runtime.plan import current_stream
 
 AGAINST = ("cublas", "triton")
 HOST_CALLS = 40  # calls per host-time burst
@@ -89,7 +90,7 @@ def verify_raw(plan, a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, dtype:
                baseline: torch.Tensor) -> method.Verdict:
     """The plan's kernel into a NaN-filled output, judged by method.verify."""
     c = torch.full(plan.out_shape, float("nan"), dtype=a.dtype, device=a.device)
-    plan.launch(plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), _current_stream(a.device.index))
+    plan.launch(plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), current_stream(a.device.index))
     torch.cuda.synchronize()
     return method.verify(c, ref, dtype, baseline=baseline)
 
@@ -103,7 +104,7 @@ def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor) -> flo
     else:
         c = a.new_empty(plan.out_shape)
         params = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
-        stream = _current_stream(a.device.index)
+        stream = current_stream(a.device.index)
         raw = lambda: plan.launch(params, stream)  # noqa: E731
     return host_overhead_us(lambda: dispatcher.gemm(a, b), raw)
 

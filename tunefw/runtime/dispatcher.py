@@ -10,15 +10,10 @@ routes, CPU tensors, other dtypes, non-contiguous or misaligned operands, shapes
 serve, a table tuned on another GPU model or compute capability, a SIMULATED table, a kernel
 that cannot be built.
 
-Hot path: per (shape, dtype, device) the chosen plan is cached; per plan the kernel argument
-buffer (cuLaunchKernel's ``void**``) is cached per (a, b, c) address triple, so a call costs
-the output allocation (torch's caching allocator), the operands' alignment and contiguity
-checks, a few dict lookups and the launch. The split-K workspace is allocated and zeroed once
-per plan (the kernels reset their own counters), so after the first call of a shape a call
-allocates only C and never synchronizes: it can be captured in a CUDA graph. One plan's
-workspace is shared: do not run the same split-K shape concurrently on two streams.
+The hot path (a cached plan per shape, a cached argument buffer per operand triple) is
+tunefw/runtime/plan.py.
 
-Shipped cubins (``cubin_dir``), as written by :func:`ship_cubins`::
+Shipped cubins (``cubin_dir``), as written by tunefw.runtime.shipped.ship_cubins::
 
     cubin_dir/manifest.json  {"format": 1, "arch": "sm_90a",
                               "kernels": {"<name expression>": {"file": "<cache key>.cubin",
@@ -31,12 +26,10 @@ compiled (and a compile that fails sends its shapes to cuBLAS).
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -45,14 +38,10 @@ from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.runtime.guard import Guard, Timer
+from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
 from tunefw.runtime.rules import Route, shape as _shape
 from tunefw.runtime.shipped import read_manifest
 from tunefw.templates import FAMILIES
-from tunefw.templates.base import KernelTemplate, Launch
-
-ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
-TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
@@ -60,15 +49,6 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     if isinstance(dtype, torch.dtype):
         return TORCH_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
     return dtype
-
-
-def _raw_stream_getter():
-    """A fast current-stream function (index -> cudaStream_t as int)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
-
-
-_current_stream = _raw_stream_getter()
 
 
 def live_spec(index: int) -> DeviceSpec:
@@ -92,120 +72,6 @@ def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
     return None
 
 
-def _pack(args: list[tuple[Any, Any]]) -> tuple[int, tuple]:
-    """cuLaunchKernel's ``void**`` for kernel_args() values: its address and what keeps it alive."""
-    slots, keep = [], []
-    for value, kind in args:
-        if kind is None:  # a driver object (CUtensorMap): the kernel reads its own storage
-            slots.append(value.getPtr())
-            keep.append(value)
-        else:
-            boxed = kind(value)
-            slots.append(ctypes.addressof(boxed))
-            keep.append(boxed)
-    array = (ctypes.c_void_p * len(slots))(*slots)
-    return ctypes.addressof(array), (array, *keep)
-
-
-class _Plan:
-    """One (entry, shape, device): the loaded kernel, its geometry, workspace and argument buffers."""
-
-    def __init__(self, template: KernelTemplate, entry: DispatchEntry, problem: GemmProblem,
-                 launch: Launch, function: Any, context: Any, device: torch.device) -> None:
-        from cuda.bindings import driver as cu
-        from tunefw.cuda import driver
-
-        self._cu, self._driver = cu, driver  # the hot launch calls cuda.bindings directly
-        self.template, self.entry, self.problem, self.launch_geometry = template, entry, problem, launch
-        self.function, self.context, self.index = function, context, device.index
-        self.out_shape = self._m, self._n = problem.M, problem.N
-        self._out_dtype = {v: k for k, v in TORCH_DTYPES.items()}[problem.dtype]
-        self._device = device
-        self.workspace = (torch.zeros(launch.workspace_bytes, dtype=torch.uint8, device=device)
-                          if launch.workspace_bytes else None)
-        self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
-        self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
-        self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
-        self._configs: dict[int, Any] = {}  # cluster launches: CUlaunchConfig per stream
-
-    def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
-        """The argument buffer's address for these operands (built once per address triple)."""
-        key = (a_ptr, b_ptr, c_ptr)
-        packed = self._args.get(key)
-        if packed is None:
-            ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
-            packed = _pack(self.template.kernel_args(self.entry.config, self.problem, ptrs))
-            if len(self._args) >= ARG_SETS_KEPT:
-                self._args.clear()
-            self._args[key] = packed
-        return packed[0]
-
-    def _cluster_config(self, stream: int) -> Any:
-        config = self._configs.get(stream)
-        if config is None:
-            config = self._configs[stream] = self._driver.cluster_config(self.launch_geometry, stream)
-        return config
-
-    def launch(self, params: int, stream: int) -> None:
-        """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
-        if self.launch_geometry.cluster == (1, 1, 1):
-            (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
-        else:
-            (err,) = self._cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
-        if err != self._cu.CUresult.CUDA_SUCCESS:
-            self._retry(err, params, stream)
-
-    def _retry(self, err: Any, params: int, stream: int) -> None:
-        """A thread without this device's context current: set it and launch again, once."""
-        d = self._driver
-        if err in d.NO_CONTEXT_ERRORS:
-            d.set_current(self.context)
-            err = d.launch_raw(self.function, self.launch_geometry, params, stream,
-                               self._cluster_config(stream) if self.launch_geometry.cluster != (1, 1, 1) else None)
-        if err != d.E.CUDA_SUCCESS:
-            raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
-                                               f"{self.problem.key()}")
-
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-        """C for operands of this plan's shape, or None when the kernel cannot read them
-        (misaligned or not contiguous): the caller then uses torch.matmul."""
-        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
-        if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
-            return None
-        # Sizes as separate ints: parsing them costs less than a shape tuple, on the hot path.
-        c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
-        c_ptr = c.data_ptr()
-        packed = self._args.get((a_ptr, b_ptr, c_ptr))
-        params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)
-        self.launch(params, _current_stream(self.index))
-        return c
-
-
-class _Device:
-    """Per CUDA device: its limits, why tuned kernels are refused (or None), loaded modules."""
-
-    def __init__(self, spec: DeviceSpec, refusal: str | None, index: int | None) -> None:
-        self.spec, self.refusal, self.index = spec, refusal, index
-        self.context: Any = None
-        self.functions: dict[str, Any] = {}  # cubin key -> CUfunction
-        self.modules: list[Any] = []
-
-    def function(self, key: str, cubin: bytes, lowered_name: str, launch: Launch) -> Any:
-        """The kernel (module loaded once per cubin) with its launch attributes set."""
-        from tunefw.cuda import driver
-
-        if self.context is None:
-            torch.empty(1, device=torch.device("cuda", self.index))  # creates the primary context
-            self.context = driver.primary_context(driver.device(self.index))
-        driver.set_current(self.context)
-        if key not in self.functions:
-            module, self.functions[key] = driver.load(cubin, lowered_name)
-            self.modules.append(module)
-        function = self.functions[key]
-        driver.configure(function, launch)
-        return function
-
-
 class Dispatcher:
     """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
 
@@ -221,9 +87,9 @@ class Dispatcher:
         self._manifest = read_manifest(self.cubin_dir) if self.cubin_dir else None
         self._gpu = gpu
         self._lock = threading.RLock()
-        self._plans: dict[tuple, _Plan | None] = {}
+        self._plans: dict[tuple, Plan | None] = {}
         self._routes: dict[tuple, Route] = {}
-        self._devices: dict[int | None, _Device] = {}
+        self._devices: dict[int | None, DeviceState] = {}
         self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
         self._warned: set[str] = set()
         self._guard = Guard(self.table, guard, guard_timer, guard_cache)
@@ -250,14 +116,14 @@ class Dispatcher:
             return Route("cublas", None, "operands are not contiguous, 16-byte aligned and on one device")
         return route
 
-    def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> _Plan | None:
+    def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
         """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
         key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
         plan = self._plans.get(key, False)
         return self._resolve(key, a, b) if plan is False else plan
 
     # ---- choosing ----------------------------------------------------------------------------
-    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> _Plan | None:
+    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
         """Build (once, under the lock) the plan for a key; None means torch.matmul."""
         with self._lock:
             if key in self._plans:
@@ -291,14 +157,14 @@ class Dispatcher:
                 route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
             return route
 
-    def _first_call(self, route: Route, plan: _Plan, a: torch.Tensor, b: torch.Tensor,
-                    dev: _Device) -> _Plan | None:
+    def _first_call(self, route: Route, plan: Plan, a: torch.Tensor, b: torch.Tensor,
+                    dev: DeviceState) -> Plan | None:
         """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
         decided = self._guard.first_call(route, plan.problem, dev.spec, lambda: plan(a, b),
                                          lambda: torch.matmul(a, b.t()))
         return plan if decided.entry is not None else None
 
-    def _route(self, M: int, N: int, K: int, dtype: str, dev: _Device | None) -> Route:
+    def _route(self, M: int, N: int, K: int, dtype: str, dev: DeviceState | None) -> Route:
         if dev is None:
             return Route("cublas", None, "no CUDA device")
         if dev.refusal:
@@ -341,7 +207,7 @@ class Dispatcher:
         name = self.table.fingerprint.get("name") or self.table.device().name
         return f"{name}, the table's device" + (" (SIMULATED table)" if self.table.simulated else "")
 
-    def _device(self, index: int | None) -> _Device | None:
+    def _device(self, index: int | None) -> DeviceState | None:
         """The device state (probed once; warns once when the table must not run there)."""
         if index is None or index < 0:
             if self._gpu is None and not torch.cuda.is_available():
@@ -352,7 +218,7 @@ class Dispatcher:
             refusal = fingerprint_mismatch(self.table, spec)
             if refusal:
                 self._warn(f"tunefw: {refusal}: every GEMM uses cuBLAS (torch.matmul)")
-            self._devices[index] = _Device(spec, refusal, index)
+            self._devices[index] = DeviceState(spec, refusal, index)
         return self._devices[index]
 
     def _warn(self, message: str) -> None:
@@ -385,7 +251,7 @@ class Dispatcher:
             raise UserError(f"{result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
         return result.key, result.cubin, result.lowered_name
 
-    def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> _Plan | None:
+    def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> Plan | None:
         """Load or compile the entry's kernel for this shape; a failure sends it to cuBLAS."""
         from tunefw.cuda.driver import CudaFailure
 
@@ -401,7 +267,7 @@ class Dispatcher:
             self._failed[name] = str(exc)
             self._warn(f"tunefw: kernel {name} unavailable ({exc}): its shapes use cuBLAS")
             return None
-        return _Plan(template, entry, problem, launch, function, dev.context,
+        return Plan(template, entry, problem, launch, function, dev.context,
                      torch.device("cuda", index))
 
 

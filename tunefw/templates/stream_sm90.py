@@ -21,14 +21,17 @@ from tunefw.templates.wgmma_sm90 import WgmmaSm90
 MAX_CLUSTER = 16  # H100/H200 allow 16 CTAs with the non-portable cluster attribute
 REG_OVERHEAD = 48  # indices, barrier addresses, the epilogue
 
-# Starting points: 64-200 KB of B in flight per CTA, from one CTA per SM with a deep ring to
-# two with shallower ones, K split where N/BN alone leaves SMs idle. Each is offered at every
+# Starting points: the best of 596 random configs over 16 decode shapes on the H200
+# (benchmarks/results/stream_probe2_h200.json): one CTA of 4 consumer warps per 32 rows with a
+# 4-stage ring was best or near it almost everywhere; K split only where N/BN leaves SMs idle
+# (CK = 8 or 16 ran 3-6x slower: clusters of a few chunks each). Each is offered at every
 # MTILES; check() keeps the one that fits the problem's M.
 SEED_SHAPES = (
     {"BN": 32, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1},
-    {"BN": 16, "BK": 512, "STAGES": 4, "WARPS": 4, "CK": 2},
-    {"BN": 32, "BK": 256, "STAGES": 6, "WARPS": 4, "CK": 2},
-    {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 8, "CK": 4},
+    {"BN": 16, "BK": 256, "STAGES": 3, "WARPS": 2, "CK": 1},
+    {"BN": 32, "BK": 256, "STAGES": 8, "WARPS": 8, "CK": 1},
+    {"BN": 16, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 2},
+    {"BN": 64, "BK": 128, "STAGES": 8, "WARPS": 2, "CK": 1},
 )
 
 

@@ -52,7 +52,8 @@ class StreamSm90(KernelTemplate):
     tensor_op = "HMMA"
 
     params = (
-        Param("BN", (32, 16, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles"),
+        Param("BN", (32, 16, 48, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles "
+              "(48: N = 6144 in 128 CTAs, one wave of 132 SMs)"),
         Param("MTILES", (1, 2, 4),
               "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped)"),
         Param("BK", (256, 128, 512), "k per ring stage: each row of B is copied in 2*BK-byte runs"),

@@ -6,6 +6,7 @@ records its ERROR SUMMARY and the children's verdicts. Writes $OUT/sanitize_<fam
 
     python3 benchmarks/sanitize_h200.py --family mma_sm80 --tools memcheck --sample 6
     python3 benchmarks/sanitize_h200.py --family wgmma_sm90 --tools memcheck,racecheck --split-k
+    python3 benchmarks/sanitize_h200.py --family stream_sm90 --shapes 1x8x520,3x24x1032,9x1032x1040 --split-k
 """
 from __future__ import annotations
 
@@ -22,8 +23,14 @@ from pathlib import Path
 SHAPES = [(17, 24, 40), (129, 136, 264), (300, 1000, 520)]
 
 
+def split(config: dict) -> int:
+    """How many ways the config splits K (SPLIT_K, or the decode families' cluster CK)."""
+    return config.get("SPLIT_K", config.get("CK", 1))
+
+
 def sample_configs(family: str, n: int, seed: int, split_k: bool = False) -> list[dict]:
-    """n random configs valid on every sample shape (defaults first); split_k: the sampled ones
+    """n random configs valid on every sample shape (the default first, where valid: a runtime
+    given an invalid one serves cuBLAS, which the sanitizer would not test); split_k: the sampled ones
     all split K (the partial-sum and reduction path)."""
     from tunefw.device import H200
     from tunefw.problem import GemmProblem
@@ -31,10 +38,10 @@ def sample_configs(family: str, n: int, seed: int, split_k: bool = False) -> lis
     tpl = get_family(family)
     rng = random.Random(seed)
     problems = [GemmProblem(*s) for s in SHAPES]
-    configs = [tpl.default_config()]
+    configs = [c for c in [tpl.default_config()] if all(tpl.check(c, p, H200) is None for p in problems)]
     while len(configs) < n:
         config = {p.name: rng.choice(p.values) for p in tpl.params}
-        if split_k and config.get("SPLIT_K", 1) == 1:
+        if split_k and split(config) == 1:
             continue
         if config not in configs and all(tpl.check(config, p, H200) is None for p in problems):
             configs.append(config)
@@ -77,7 +84,8 @@ def run_tool(tool: str, family: str, configs: list[dict], timeout: float) -> dic
     # API errors off: cuda-bindings' cuInit probes every driver entry point with
     # cuGetProcAddress and memcheck counted each missing one (34 "errors", none in a kernel).
     cmd = ["compute-sanitizer", f"--tool={tool}", "--print-limit=20", "--report-api-errors=no",
-           sys.executable, __file__, "--child", "--family", family, "--configs", json.dumps(configs)]
+           sys.executable, __file__, "--child", "--family", family, "--configs", json.dumps(configs),
+           "--shapes", ",".join("x".join(map(str, s)) for s in SHAPES)]
     try:
         # One cudaMalloc per tensor, so memcheck sees each buffer's true bounds.
         env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -107,8 +115,12 @@ def main() -> int:
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--configs")
     ap.add_argument("--split-k", action="store_true",
-                    help="sample only configs with SPLIT_K > 1 (after the default config)")
+                    help="sample only configs that split K (after the default config)")
+    ap.add_argument("--shapes", help="MxNxK,... instead of the default edge shapes (decode "
+                    "families serve small M only)")
     args = ap.parse_args()
+    if args.shapes:
+        SHAPES[:] = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.child:
         child(args.family, json.loads(args.configs))
         return 0

@@ -59,6 +59,19 @@ def test_nearest_skips_entries_whose_config_fails_check(tmp_path):
     assert picked is not None and picked.M == 8192  # farther, but its config can run
 
 
+def test_an_exact_entry_whose_config_fails_its_own_shape_serves_nothing():
+    # a decode config for M <= 8 in a hand-edited table at M = 9: served, it left row 8 unwritten
+    skinny = dict(FAMILIES["skinny_sm90"].default_config(), MTILES=1)
+    assert FAMILIES["skinny_sm90"].check(skinny, GemmProblem(9, 1032, 1040), H200) is not None
+    table = _table([_e(9, 1032, 1040, family="skinny_sm90", config=skinny)])
+    route = table.decide(GemmProblem(9, 1032, 1040))
+    assert route.path == "cublas" and route.entry is None and "MTILES=1" in route.reason
+    good = _table([_e(9, 1032, 1040, family="skinny_sm90", config=skinny),
+                   _e(16, 1032, 1040, family="skinny_sm90", config=dict(skinny, MTILES=2))])
+    assert (good.decide(GemmProblem(9, 1032, 1040)).path,
+            good.lookup(GemmProblem(9, 1032, 1040)).M) == ("bucket", 16)
+
+
 # ---- cuBLAS routes ------------------------------------------------------------------------
 def test_version_1_files_load_and_losing_winners_become_cublas_routes(tmp_path):
     entries = [_entry(4096, 4096, 4096), dict(_entry(128, 6144, 4096), tflops=80.0),

@@ -6,7 +6,7 @@ routes), written out in C++. check() cannot run in C++, so validity is split in 
 
 * the part of check() that does not depend on the shape (space, device limits) is evaluated
   here, per entry, on the entry's own shape: ``nearest_ok`` (an entry whose config fails its own
-  shape is served exactly but never for another shape);
+  shape serves no shape, its own included);
 * the part that depends on the shape is written out below per family (``fits_<family>``),
   mirroring templates/<family>.py::_check. tests/test_export_cpp.py compares both with Python on
   random configs and shapes, so a change to a family's check() the header does not follow fails.
@@ -212,7 +212,7 @@ struct Entry {{
   int num_args;
   int args[{max_args}];  // its template arguments, in the kernel's order
   int bm, bn, bk, split_k, cluster_m, cluster_n, persistent;  // what the validity rules read
-  bool nearest_ok;  // the config passed check() on its own shape: it may serve other shapes
+  bool nearest_ok;  // the config passed check() on its own shape: it may serve (any shape)
   bool cublas_route;  // exported as a cuBLAS route: its winner measured below cuBLAS
   double tflops, cublas_tflops, ratio;  // measured; -1.0: no cuBLAS figure
   int64_t trial_id;
@@ -272,7 +272,7 @@ inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) 
   *rule = Rule::none;
   for (int i = 0; i < kNumEntries; ++i) {{
     const Entry& e = kEntries[i];
-    if (e.dtype == dtype && e.M == M && e.N == N && e.K == K) {{
+    if (e.dtype == dtype && e.M == M && e.N == N && e.K == K && (e.cublas_route || e.nearest_ok)) {{
       *rule = Rule::exact;
       return i;
     }}

@@ -2,8 +2,9 @@
 
 For a problem (M, N, K, dtype, layout) on the table's device:
 
-1. **exact**: the entry of that very shape. A cuBLAS-route entry (its winner measured below
-   cuBLAS at export) answers cuBLAS.
+1. **exact**: the entry of that very shape, if its config passes check() for it (a table
+   edited by hand, or made for another device, can hold one that does not: it serves nothing).
+   A cuBLAS-route entry (its winner measured below cuBLAS at export) answers cuBLAS.
 2. **bucket**: the entries of the same layer (same N, K, dtype, layout) form M buckets. The
    problem takes the entry at the smallest tuned M above the asked M whose config passes the
    family's check() for the asked shape; if no tuned M above is valid, the largest valid tuned
@@ -59,7 +60,8 @@ def table_rule(table: DispatchTable, problem: GemmProblem,
     """(rule, entry, how) by rules 1-3: 'exact' | 'bucket' | 'nearest', or ('', None, '')."""
     same = [e for e in table.entries if e.dtype == problem.dtype and e.layout == problem.layout]
     for e in same:
-        if (e.M, e.N, e.K) == (problem.M, problem.N, problem.K):
+        if (e.M, e.N, e.K) == (problem.M, problem.N, problem.K) and (
+                e.is_cublas or _valid(e, problem, device)):
             return "exact", e, "its own entry"
     layer = [e for e in same if (e.N, e.K) == (problem.N, problem.K)
              and (e.is_cublas or _valid(e, problem, device))]

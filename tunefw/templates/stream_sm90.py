@@ -21,14 +21,17 @@ from tunefw.templates.wgmma_sm90 import WgmmaSm90
 MAX_CLUSTER = 16  # H100/H200 allow 16 CTAs with the non-portable cluster attribute
 REG_OVERHEAD = 48  # indices, barrier addresses, the epilogue
 
-# Starting points: 64-200 KB of B in flight per CTA, from one CTA per SM with a deep ring to
-# two with shallower ones, K split where N/BN alone leaves SMs idle. Each is offered at every
+# Starting points: the best of 596 random configs over 16 decode shapes on the H200
+# (benchmarks/results/stream_probe2_h200.json): one CTA of 4 consumer warps per 32 rows with a
+# 4-stage ring was best or near it almost everywhere; K split only where N/BN leaves SMs idle
+# (CK = 8 or 16 ran 3-6x slower: clusters of a few chunks each). Each is offered at every
 # MTILES; check() keeps the one that fits the problem's M.
 SEED_SHAPES = (
     {"BN": 32, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1},
-    {"BN": 16, "BK": 512, "STAGES": 4, "WARPS": 4, "CK": 2},
-    {"BN": 32, "BK": 256, "STAGES": 6, "WARPS": 4, "CK": 2},
-    {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 8, "CK": 4},
+    {"BN": 16, "BK": 256, "STAGES": 3, "WARPS": 2, "CK": 1},
+    {"BN": 32, "BK": 256, "STAGES": 8, "WARPS": 8, "CK": 1},
+    {"BN": 16, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 2},
+    {"BN": 64, "BK": 128, "STAGES": 8, "WARPS": 2, "CK": 1},
 )
 
 
@@ -49,7 +52,8 @@ class StreamSm90(KernelTemplate):
     tensor_op = "HMMA"
 
     params = (
-        Param("BN", (32, 16, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles"),
+        Param("BN", (32, 16, 48, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles "
+              "(48: N = 6144 in 128 CTAs, one wave of 132 SMs)"),
         Param("MTILES", (1, 2, 4),
               "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped)"),
         Param("BK", (256, 128, 512), "k per ring stage: each row of B is copied in 2*BK-byte runs"),

@@ -111,11 +111,12 @@ def _attainable(shape: str) -> float:
     return min(H200.peak_tflops_bf16, p.flops / p.min_bytes * H200.stream_read_gbs / 1e3)
 
 
-def _seed(db_url: str) -> None:
+def _seed(db_url: str) -> list[int]:
     """Two problems on the SIMULATED H200: the first's winner beats cuBLAS (1.1), the second's
-    loses (140 of 150 TFLOP/s)."""
-    seed_study(db_url, "r", SHAPES, trials=5)
+    loses (140 of 150 TFLOP/s). Returns the winners' trial ids."""
+    winner_ids = seed_study(db_url, "r", SHAPES, trials=5)
     _set_rows(db_url, "r", {0: 165.0})
+    return winner_ids
 
 
 @pytest.fixture
@@ -124,16 +125,17 @@ def seeded(db_url):
 
 
 @pytest.fixture(scope="module")
-def simulated(tmp_path_factory) -> tuple[_Page, str]:
-    """The page of the seeded SIMULATED study (rendered once for the tests that only read it)."""
+def simulated(tmp_path_factory) -> tuple[_Page, str, list[int]]:
+    """The page of the seeded SIMULATED study (rendered once for the tests that only read it),
+    the CLI's output and the winners' trial ids."""
     tmp = tmp_path_factory.mktemp("report")
     db_url = f"sqlite:///{tmp / 'tunefw.db'}"
-    _seed(db_url)
-    return _render(tmp, db_url)
+    winner_ids = _seed(db_url)
+    return (*_render(tmp, db_url), winner_ids)
 
 
 def test_report_of_a_simulated_study(simulated):
-    parsed, stdout = simulated
+    parsed, stdout, _ = simulated
     assert "(SIMULATED)" in stdout
     assert parsed.sections == SECTIONS
     text = "".join(parsed.text)
@@ -151,17 +153,20 @@ def test_report_of_a_simulated_study(simulated):
 
 
 def test_winners_table_has_a_column_per_knob_and_marks_losses(simulated):
-    parsed, _ = simulated
+    parsed, _, winner_ids = simulated
     (winners,) = parsed.tables["winners"]
     header, *rows = winners["rows"]
-    assert header[:11] == ["problem", "vs cuBLAS", "ratio", "TFLOP/s", "cuBLAS TFLOP/s", "TB/s",
-                           "bound", "% of roofline", "cuBLAS % of roofline", "confirmed", "trial"]
-    assert header[11:11 + len(KNOBS)] == KNOBS
-    assert header[11 + len(KNOBS):] == ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
+    assert header[:12] == ["problem", "vs cuBLAS", "ratio", "screen ratio", "TFLOP/s",
+                           "cuBLAS TFLOP/s", "TB/s", "bound", "% of roofline",
+                           "cuBLAS % of roofline", "confirmed", "trial"]
+    assert header[12:12 + len(KNOBS)] == KNOBS
+    assert header[12 + len(KNOBS):] == ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
     cells = [dict(zip(header, row)) for row in rows]
     assert [c["problem"] for c in cells] == LABELS
-    assert [(c["ratio"], c["vs cuBLAS"], c["TFLOP/s"]) for c in cells] == [
-        ("1.100", "win", "165.0"), ("0.933", "LOSS", "140.0")]
+    assert [(c["ratio"], c["vs cuBLAS"], c["TFLOP/s"], c["screen ratio"]) for c in cells] == [
+        ("1.100", "win", "165.0", "0.933"), ("0.933", "LOSS", "140.0", "0.933")]
+    assert [int(c["trial"]) for c in cells] == winner_ids
+    assert [c["confirmed"] for c in cells] == ["True", "True"]
     assert winners["classes"][1:] == ["", "loss"]
     assert [c["bound"] for c in cells] == ["compute", "memory"]
     assert [c["% of roofline"] for c in cells] == [

@@ -20,10 +20,11 @@ def test_chromium_renders_the_report(tmp_path, db_url):
     page, shot = tmp_path / "report.html", tmp_path / "report.png"
     made = invoke_cli("report", "r", "--html", str(page), db=db_url)
     assert made.returncode == 0, made.stderr
-    # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+    # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start; a container's
+    # /dev/shm can be too small for it (--disable-dev-shm-usage).
     ran = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
          "--window-size=1280,3000", page.as_uri()],
         capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]

@@ -18,9 +18,8 @@ def bars_figure(labels: Sequence[str], series: dict[str, Sequence[float | None]]
         ax.bar(xs, [v or 0.0 for v in values], width, label=name)
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(title)
     ax.legend()
-    return png_img(fig)
+    return png_img(fig, title, ax)
 
 
 def bench_html(result: dict) -> str:

@@ -22,6 +22,7 @@ class TrialPoint:
     """One evaluated trial as the figures plot it (INVALID and NOT_RECORDED rows never ran and
     are not points)."""
 
+    id: int  # the trial's row id
     index: int  # 1-based among the problem's evaluated trials: the search's trial number
     order: int  # 1-based among the whole study's evaluated trials, in the order they were written
     status: str
@@ -39,6 +40,12 @@ class ProblemReport:
     outcomes: dict[str, int]
     trials: list[TrialPoint]
     best: dict | None  # queries.problem_summary's best: the winner, else the best OK trial
+
+    @property
+    def screen_ratio(self) -> float | None:
+        """The best config's ratio as its trial screened it (a confirmation re-times it)."""
+        trial_id = (self.best or {}).get("trial_id")
+        return next((t.ratio for t in self.trials if t.id == trial_id), None)
 
     @property
     def curve(self) -> list[float | None]:
@@ -107,7 +114,7 @@ def study_data(store: Store, name: str) -> StudyReport:
         order = {trial_id: n for n, trial_id in enumerate(evaluated, 1)}
         problems = []
         for p in study.problems:
-            points = [TrialPoint(i, order[t.id], t.status, t.family, dict(t.config),
+            points = [TrialPoint(t.id, i, order[t.id], t.status, t.family, dict(t.config),
                                  t.ratio if t.status == Status.OK.value else None)
                       for i, t in enumerate((t for t in rows[p.id] if t.id in order), 1)]
             summary = q.problem_summary(s, study, p)

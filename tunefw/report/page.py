@@ -9,8 +9,9 @@ import html
 import json
 from typing import Any, Iterable, Sequence
 
-STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}
+table.winners{font-size:12px}table.winners th{font-size:11px}
 th{background:#f0f0f0}td.l,th.l{text-align:left;white-space:nowrap}code{font-size:12px}
 tr.loss td{background:#fde4e4}tr.loss td.verdict{color:#b00020;font-weight:bold}
 td.verdict{color:#1b5e20}p.note{color:#555;font-size:13px;max-width:1000px}
@@ -41,7 +42,9 @@ def table_html(header: Sequence[str], rows: Iterable[Sequence[Any]], left: int =
     """An HTML table; the first ``left`` columns are left-aligned text, ``row_classes`` gives
     each body row a class (e.g. 'loss'), ``cell_classes`` a class per column index."""
     def attrs(i: int) -> str:
-        names = (["l"] if i < left else []) + ([cell_classes[i]] if i in (cell_classes or {}) else [])
+        names = ["l"] if i < left else []
+        if cell_classes and i in cell_classes:
+            names.append(cell_classes[i])
         return f' class="{" ".join(names)}"' if names else ""
 
     head = "".join(f"<th{attrs(i)}>{html.escape(str(h))}</th>" for i, h in enumerate(header))
@@ -51,7 +54,8 @@ def table_html(header: Sequence[str], rows: Iterable[Sequence[Any]], left: int =
         tr = f'<tr class="{row_cls}">' if row_cls else "<tr>"
         body.append(tr + "".join(f"<td{attrs(i)}>{cell(v)}</td>" for i, v in enumerate(row))
                     + "</tr>")
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<table class="{cls}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
 
 
 def section(anchor: str, title: str, *parts: str) -> str:

@@ -39,13 +39,16 @@ def parity(ax: Any, vertical: bool = False) -> None:
     line(1.0, color=PARITY, linestyle="--", linewidth=1, label="parity with cuBLAS (1.0)")
 
 
-def png_img(fig: Any) -> str:
-    """The figure as an ``<img>`` holding a base64 PNG, its title (the suptitle, else the first
-    axes' title) as the alt text; the figure is closed. No timestamp or version metadata: the
-    same data gives the same bytes."""
-    alt = fig.get_suptitle() or (fig.axes[0].get_title() if fig.axes else "")
+def png_img(fig: Any, title: str, ax: Any = None) -> str:
+    """Title the figure (``ax``'s title, else the figure's suptitle) and return it as an
+    ``<img>`` holding a base64 PNG with that title as its alt text; the figure is closed. No
+    timestamp or version metadata: the same data gives the same bytes."""
+    if ax is None:
+        fig.suptitle(title)
+    else:
+        ax.set_title(title)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     pyplot().close(fig)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<img class="fig" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return f'<img class="fig" alt="{html.escape(title)}" src="data:image/png;base64,{data}">'

@@ -43,8 +43,7 @@ def convergence_figure(problems: list[ProblemReport], kind: str | None) -> str:
         ax.set_xlabel("trial number", fontsize=7)
     for ax in axes[::COLUMNS]:
         ax.set_ylabel("ratio to cuBLAS", fontsize=7)
-    fig.suptitle(titled("convergence: best ratio so far (line), each OK trial (dots)", kind))
-    return png_img(fig)
+    return png_img(fig, titled("convergence: best ratio so far (line), each OK trial (dots)", kind))
 
 
 def knob_figure(family: str, trials: list[TrialPoint], kind: str | None) -> str:
@@ -65,18 +64,20 @@ def knob_figure(family: str, trials: list[TrialPoint], kind: str | None) -> str:
         ax.tick_params(axis="y", labelsize=7)
     for ax in axes[::COLUMNS]:
         ax.set_ylabel("ratio to cuBLAS", fontsize=7)
-    fig.suptitle(titled(f"{family}: ratio to cuBLAS per knob value ({len(ok)} OK trials)", kind))
-    return png_img(fig)
+    return png_img(fig, titled(f"{family}: ratio to cuBLAS per knob value ({len(ok)} OK trials)",
+                               kind))
 
 
 def trials_figure(problems: list[ProblemReport], families: list[str], kind: str | None) -> str:
     """Every evaluated trial in launch order: OK ones by ratio, coloured by family (top); the
-    failed ones, which have no ratio, on a strip per outcome (bottom)."""
+    failed ones, which have no ratio, on a strip per outcome (below, where there are any)."""
     trials = [t for p in problems for t in p.trials]
     failures = sorted({t.status for t in trials if t.status != Status.OK.value})
-    plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True, layout="constrained",
-                                      gridspec_kw={"height_ratios": [4, 1 + 0.3 * len(failures)]})
+    rows = 2 if failures else 1
+    fig, axes = pyplot().subplots(rows, 1, figsize=(11, 5.2 if failures else 4.2), sharex=True,
+                                  layout="constrained", squeeze=False, gridspec_kw={
+                                      "height_ratios": [4, 1 + 0.3 * len(failures)][:rows]})
+    top, bottom = axes[0][0], axes[-1][0]
     for family, colour in zip(families, cycle(FAMILY_COLOURS)):
         ok = [t for t in trials if t.family == family and t.ratio is not None]
         top.scatter([t.order for t in ok], [t.ratio for t in ok], s=9, color=colour,
@@ -84,13 +85,13 @@ def trials_figure(problems: list[ProblemReport], families: list[str], kind: str 
     parity(top)
     top.set_ylabel("ratio to cuBLAS")
     top.legend(fontsize=7, loc="lower right")
-    top.set_title(titled(f"all {len(trials)} evaluated trials: ratio by family, failures below",
-                         kind))
     for row, (status, colour) in enumerate(zip(failures, cycle(FAILURE_COLOURS))):
         failed = [t.order for t in trials if t.status == status]
         bottom.scatter(failed, [row] * len(failed), marker="x", s=16, color=colour)
-    bottom.set_yticks(range(len(failures)), [f"{s} ({sum(t.status == s for t in trials)})"
-                                             for s in failures], fontsize=7)
-    bottom.set_ylim(-0.7, max(len(failures), 1) - 0.3)
+    if failures:
+        bottom.set_yticks(range(len(failures)), [f"{s} ({sum(t.status == s for t in trials)})"
+                                                 for s in failures], fontsize=7)
+        bottom.set_ylim(-0.7, len(failures) - 0.3)
     bottom.set_xlabel("trial number in the study (order written)")
-    return png_img(fig)
+    return png_img(fig, titled(f"all {len(trials)} evaluated trials: ratio by family, "
+                               + ("failures below" if failures else "none failed"), kind), top)

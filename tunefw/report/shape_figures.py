@@ -27,13 +27,13 @@ def ratio_figure(problems: list[ProblemReport], kind: str | None) -> str:
                     textcoords="offset points", va="center", ha="right" if is_loss(r) else "left",
                     fontsize=7)
     parity(ax, vertical=True)
-    spread = max([abs(r - 1.0) for r in ratios] + [0.02]) * 1.3
-    ax.set_xlim(1.0 - spread, 1.0 + spread)
+    low, high = min(ratios + [1.0]), max(ratios + [1.0])
+    pad = max(high - low, 0.04) * 0.12  # room for the value labels at both ends
+    ax.set_xlim(low - pad, high + pad)
     ax.set_yticks(ys, [label for _, label in ranked], fontsize=8)
     ax.set_ylim(len(ranked) - 0.5, -0.5)  # worst at the top
     ax.set_xlabel("best config's TFLOP/s / cuBLAS TFLOP/s (same screen); dashed: parity 1.0")
-    ax.set_title(titled("ratio to cuBLAS per shape (red: slower than cuBLAS)", kind))
-    return png_img(fig)
+    return png_img(fig, titled("ratio to cuBLAS per shape (red: slower than cuBLAS)", kind), ax)
 
 
 def _ceiling_lines(ax: Any, device: DeviceSpec, intensities: list[float]) -> None:
@@ -79,10 +79,9 @@ def roofline_figure(problems: list[ProblemReport], device: DeviceSpec, kind: str
     ax.set_ylim(min(rates + [device.peak_tflops_bf16]) / 3, device.peak_tflops_bf16 * 1.6)
     ax.set_xlabel("arithmetic intensity: FLOP per byte of A, B and C moved once")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(titled(f"roofline of {device.name}", kind))
     ax.legend(loc="lower right", fontsize=7)
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     if numbered:
         key = "\n".join(f"{n:>2}  {p.label}: {r.bound}-bound" for n, (p, r) in enumerate(shown, 1))
         ax.text(1.02, 1.0, key, transform=ax.transAxes, va="top", fontsize=7, family="monospace")
-    return png_img(fig)
+    return png_img(fig, titled(f"roofline of {device.name}", kind), ax)

@@ -61,7 +61,8 @@ def shape_roof(problem: GemmProblem, device: DeviceSpec, tflops: float | None,
     roof = roofline(problem, device)
     attainable = problem.flops / (max(roof.memory_us, roof.compute_us) * 1e6)
     read_tbs = (device.stream_read_gbs or device.mem_bandwidth_gbs) / 1e3
-    return ShapeRoof(roof.intensity, roof.bound, attainable, figures(problem, tflops, read_tbs)["tbs"],
+    tbs = figures(problem, tflops, read_tbs)["tbs"]
+    return ShapeRoof(roof.intensity, roof.bound, attainable, tbs,
                      tflops / attainable if tflops else None,
                      cublas_tflops / attainable if cublas_tflops else None)
 

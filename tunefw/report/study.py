@@ -29,9 +29,9 @@ def summary_html(data: StudyReport) -> str:
         + (f": {', '.join(losses)}" if losses else ""),
         "geomean ratio to cuBLAS of the best configs: "
         + (f"{geomean:.3f}" if geomean is not None else "-"),
-        f"device: {data.fingerprint.get('name', 'unknown')}"
+        f"device: {data.fingerprint.get('name', 'none yet')}"
         + (f"; ceilings: {'; '.join(c.label for c in ceilings(data.device))}" if data.device
-           else "; no rates declared for it in tunefw/device.py"),
+           else "; no rates declared for it in tunefw/device.py" if data.fingerprint else ""),
     ]
     if data.kind:
         items.append(f"every number on this page is {data.kind}, not measured on a GPU by "
@@ -44,7 +44,8 @@ def _ratio_section(data: StudyReport) -> str:
     if not any(ratio_of(p) is not None for p in data.problems):
         return section("ratio", "Ratio to cuBLAS per shape",
                        note("No OK trial with a cuBLAS figure yet."))
-    return section("ratio", "Ratio to cuBLAS per shape", ratio_figure(data.problems, data.kind), note(
+    figure = ratio_figure(data.problems, data.kind)
+    return section("ratio", "Ratio to cuBLAS per shape", figure, note(
         "TFLOP/s of each shape's best config over cuBLAS's timed on the same screen (a "
         "confirmed winner: its interleaved re-timing), sorted worst first. `tunefw export` "
         "routes a shape below 1.0 to cuBLAS by default (--min-ratio)."))
@@ -62,7 +63,8 @@ def _roofline_section(data: StudyReport) -> str:
             "from tunefw/device.py: measured = timed on that GPU, declared = datasheet. The "
             f"winners table's fraction of roofline is against the {roof_basis(data.device)}.")
     if data.kind == "SIMULATED":
-        text += " SIMULATED points come from tunefw's cost model, so they may sit above a measured ceiling."
+        text += (" SIMULATED points come from tunefw's cost model, so they may sit above a "
+                 "measured ceiling.")
     return section("roofline", title, roofline_figure(data.problems, data.device, data.kind),
                    note(text))
 
@@ -88,7 +90,8 @@ def _search_sections(data: StudyReport) -> list[str]:
 def study_html(data: StudyReport) -> str:
     """The report page of a study."""
     winners = section("winners", "Winning configs", winners_tables(data), note(
-        "regs/thread is the family's analytic estimate (its validity check uses it); ptxas' "
+        "ratio, TFLOP/s: the confirmation's interleaved re-timing where confirmed; screen "
+        "ratio: the same config's trial, as the search saw it. regs/thread is the family's analytic estimate (its validity check uses it); ptxas' "
         "register count, static shared memory and spill bytes are not stored in the database "
         "(`tunefw compile FAMILY --arch ARCH --config JSON` prints them). CTAs, threads and "
         "dynamic shared memory are the launch plan's."))

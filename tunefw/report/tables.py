@@ -10,7 +10,7 @@ from tunefw.report.page import table_html
 from tunefw.report.shapes import is_loss, launch_facts, ratio_of, shape_roof, verdict
 from tunefw.templates import FAMILIES
 
-FIXED = ["problem", "vs cuBLAS", "ratio", "TFLOP/s", "cuBLAS TFLOP/s", "TB/s", "bound",
+FIXED = ["problem", "vs cuBLAS", "ratio", "screen ratio", "TFLOP/s", "cuBLAS TFLOP/s", "TB/s", "bound",
          "% of roofline", "cuBLAS % of roofline", "confirmed", "trial"]
 LAUNCH = ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
 
@@ -19,13 +19,18 @@ def _percent(value: float | None) -> str | None:
     return None if value is None else f"{100 * value:.0f}%"
 
 
+def _ratio(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3f}"
+
+
 def _row(data: StudyReport, p: ProblemReport, knobs: list[str]) -> list:
+    """One winners row: verdict, ratios, rates, roofline, the config's knobs, launch facts."""
     b = p.best or {}
     ratio = ratio_of(p)
     roof = (shape_roof(p.problem, data.device, b["tflops"], b["cublas_tflops"])
             if data.device else None)
     facts = launch_facts(b["family"], b["config"], p.problem, data.device) if data.device else None
-    return [p.label, verdict(ratio), None if ratio is None else f"{ratio:.3f}", b["tflops"],
+    return [p.label, verdict(ratio), _ratio(ratio), _ratio(p.screen_ratio), b["tflops"],
             b["cublas_tflops"], roof.tbs if roof else None, roof.bound if roof else None,
             _percent(roof.fraction) if roof else None,
             _percent(roof.cublas_fraction) if roof else None, b["confirmed"], b["trial_id"],

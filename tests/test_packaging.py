@@ -23,3 +23,6 @@ def test_wheel_ships_kernel_templates_and_migrations(tmp_path: Path):
     assert {"tunefw/store/migrations/env.py",
             "tunefw/store/migrations/versions/0001_initial.py"} <= names
     assert "tunefw/templates/wgmma_sm90.py" in names and "tunefw/evaluate/cuda.py" in names
+    # Every module of the source tree ships (packages are listed by hand in pyproject.toml).
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "tunefw").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)

@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from faults.fault_family import FAULT_DIR, FAULTS, FaultFamily  # noqa: E402
-from tunefw.compile_cmd import sample_configs  # noqa: E402
+from tunefw.cli.compile import sample_configs  # noqa: E402
 from tunefw.compiler import CompilePool  # noqa: E402
 from tunefw.device import H200  # noqa: E402
-from tunefw.evaluate.outcome import cublas_ratio  # noqa: E402
+from tunefw.outcome import cublas_ratio  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 
@@ -51,7 +51,7 @@ def child(jobs: list[dict], cache_dir: str) -> None:
     """Run jobs in order on cuda:0; one result line each; stop after a poisoned outcome."""
     from tunefw.compiler import compile_kernel
     from tunefw.evaluate.cuda import CudaEvaluator
-    from tunefw.evaluate.outcome import TrialSpec
+    from tunefw.outcome import TrialSpec
     from tunefw.templates import FAMILIES
 
     evaluator = CudaEvaluator(0, families={**FAMILIES, "fault": FaultFamily()})

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import tunefw  # noqa: E402
-from tunefw import ops  # noqa: E402
+from tunefw.runtime import ops  # noqa: E402
 
 M, N, K = 1, 8, 8
 ALT: dict = {}

@@ -28,10 +28,10 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
-from tunefw import ops  # noqa: E402
-from tunefw.bench import host_us, overhead_us, run_bench, verify_raw  # noqa: E402
-from tunefw.runtime import _current_stream  # noqa: E402
-from tunefw.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
+from tunefw.runtime import ops  # noqa: E402
+from tunefw.measure.bench import host_us, overhead_us, run_bench, verify_raw  # noqa: E402
+from tunefw.runtime.plan import current_stream  # noqa: E402
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
 from tunefw.errors import UserError  # noqa: E402
 from tunefw.evaluate import method  # noqa: E402
 from tunefw.report import bench_html  # noqa: E402
@@ -133,7 +133,7 @@ def overhead_breakdown(dispatcher, M: int, N: int, K: int) -> dict:
     a, b = method.make_inputs(M, N, K, "bf16", 5, device="cuda")
     plan = dispatcher.plan_for(a, b)
     c = a.new_empty(plan.out_shape)
-    params, stream = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), _current_stream(0)
+    params, stream = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), current_stream(0)
     key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
     steps = {
         "key": lambda: (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device()),
@@ -143,7 +143,7 @@ def overhead_breakdown(dispatcher, M: int, N: int, K: int) -> dict:
         "alloc_c": lambda: torch.empty(M, N, dtype=a.dtype, device=a.device),
         "alloc_c_new_empty": lambda: a.new_empty(plan.out_shape),
         "args_lookup": lambda: plan._args.get((a.data_ptr(), b.data_ptr(), c.data_ptr())),
-        "current_stream": lambda: _current_stream(0),
+        "current_stream": lambda: current_stream(0),
         "raw_launch": lambda: plan.launch(params, stream),
         "gemm": lambda: dispatcher.gemm(a, b),
         "torch_mm_out": lambda: torch.mm(a, b.t(), out=c),

@@ -54,9 +54,9 @@ def child(family: str, configs: list[dict]) -> None:
     was NaN-poisoned first: the first run must also leave split-K state ready for the next."""
     import torch
 
-    from tunefw.dispatch import DispatchEntry, DispatchTable
     from tunefw.evaluate import method
-    from tunefw.runtime import Dispatcher
+    from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
+    from tunefw.runtime.dispatcher import Dispatcher
 
     major, minor = torch.cuda.get_device_capability(0)
     fingerprint = {"name": torch.cuda.get_device_name(0), "cc": major * 10 + minor}

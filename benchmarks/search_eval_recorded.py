@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tunefw.search_eval import DEFAULT_BUDGETS, search_eval, summarize
+from tunefw.tune.search_eval import DEFAULT_BUDGETS, search_eval, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "benchmarks" / "sweeps"

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from tunefw.evaluate.outcome import cublas_ratio
+from tunefw.outcome import cublas_ratio
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Trial, Winner
-from tunefw.study import load_study_file
+from tunefw.study.spec import load_study_file
 
 SCRIPT = "benchmarks/sweep_h200.py"
 

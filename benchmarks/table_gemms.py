@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 @dataclass
 class TableGemm:
-    entry: Any  # tunefw.dispatch.DispatchEntry
+    entry: Any  # tunefw.runtime.dispatch.DispatchEntry
     tunefw: Callable[[], None]
     cublas: Callable[[], None]
     c: Any  # torch.Tensor: tunefw's output
@@ -29,9 +29,9 @@ def table_gemms(table_path: Path, keep: Callable[[Any], bool]) -> Iterator[Table
     on stdout with the runtime's reason and skipped)."""
     import torch
 
-    from tunefw.dispatch import load
     from tunefw.evaluate import method
-    from tunefw.runtime import Dispatcher
+    from tunefw.runtime.dispatch import load
+    from tunefw.runtime.dispatcher import Dispatcher
 
     table = load(table_path)
     dispatcher = Dispatcher(table)

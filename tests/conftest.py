@@ -72,13 +72,13 @@ class CliResult:
 
 def invoke_cli(*args: str, db: str | None = None, env: dict | None = None,
                cwd: Path | None = None) -> CliResult:
-    """Run `tunefw ARGS` in this process through the real entry point (`tunefw.cli.main`, which
+    """Run `tunefw ARGS` in this process through the real entry point (`tunefw.cli.app.main`, which
     turns every error into one stderr line and an exit code), its streams and environment
     captured by Typer's CliRunner. For commands that start no Ray and no signals: seconds
     faster than a subprocess, which pays the interpreter and the imports each time."""
     from typer.testing import CliRunner
 
-    from tunefw.cli import main
+    from tunefw.cli.app import main
 
     full_env: dict[str, str | None] = {"TUNEFW_DB": db}
     full_env.update(env or {})
@@ -167,13 +167,12 @@ def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
     problem ``trials`` evaluated rows (OK with rising ratios, one WRONG_ANSWER), one INVALID row,
     and a confirmed winner (its best); ``fingerprints`` overrides the fingerprint of the
     problem at that index. Returns the winners' trial ids."""
-    from tunefw.evaluate.outcome import Outcome, Status
     from tunefw.evaluate.sim import sim_fingerprint
-    from tunefw.search import config_key
+    from tunefw.outcome import Outcome, Status
     from tunefw.store import open_store
     from tunefw.store import queries as q
-    from tunefw.study import parse_study
-    from tunefw.templates import FAMILIES
+    from tunefw.study.spec import parse_study
+    from tunefw.templates import FAMILIES, config_key
 
     family = FAMILIES["mma_sm80"]
     configs = family.seed_configs()
@@ -210,8 +209,8 @@ def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
 
 
 def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
-    """`tunefw ARGS` run in this process (tunefw.cli.run): exit code, stdout, stderr."""
-    from tunefw.cli import run
+    """`tunefw ARGS` run in this process (tunefw.cli.app.run): exit code, stdout, stderr."""
+    from tunefw.cli.app import run
     code = run(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from faults.fault_family import FAULT_DIR, BrokenTemplate, FaultFamily
 from tunefw import templates
-from tunefw.compile_cmd import run_compile, sample_configs
+from tunefw.cli.compile import run_compile, sample_configs
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem

@@ -10,7 +10,7 @@ from faults.fault_family import FAULT_DIR, BrokenTemplate, FaultFamily, HangingC
 from tunefw import compiler
 from tunefw.compiler import CompilePool, compile_kernel, sass_check
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 
 FAULT = FaultFamily()
 
@@ -36,7 +36,7 @@ def test_second_compile_is_a_cache_hit_without_a_worker(tmp_path: Path, monkeypa
     def no_worker(*args, **kwargs):
         raise AssertionError("a cache hit must not start a compiler process")
 
-    monkeypatch.setattr(compiler, "_Worker", no_worker)
+    monkeypatch.setattr(compiler, "Worker", no_worker)
     second = _compile({"fault": "wrong_result"}, tmp_path)
     assert second.cached and not first.cached
     assert (second.cubin, second.lowered_name, second.regs, second.key) == (

@@ -1,6 +1,6 @@
 """The winner of a problem's confirmations is the best ratio to the cuBLAS timed beside it."""
-from tunefw.evaluate.outcome import Outcome, Status
-from tunefw.sweep import pick_confirmed
+from tunefw.outcome import Outcome, Status
+from tunefw.tune.confirm import pick_confirmed
 
 
 def _confirmed(tflops: float, cublas: float | None) -> Outcome:

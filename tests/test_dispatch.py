@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from tunefw import dispatch
 from tunefw.device import H200
-from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
+from tunefw.runtime import dispatch
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.templates import FAMILIES
 
 
@@ -161,7 +161,7 @@ def test_load_validates_evidence(tmp_path):
 
 
 def test_json_round_trip_keeps_routes_labels_and_evidence(tmp_path):
-    from tunefw.export import render
+    from tunefw.export.table import render
     table = _table([_e(2048, label="m.qkv"), _e(128, route="cublas", reason="lost")],
                    [_ev(300, (2048, 4096, 4096), 0.6)], min_ratio=1.0)
     path = tmp_path / "d.json"
@@ -242,7 +242,7 @@ def test_nan_tflops_in_an_entry(tmp_path):
 def test_published_schema_is_current():
     from pathlib import Path
 
-    from tunefw.dispatch_schema import json_schema
+    from tunefw.runtime.dispatch_schema import json_schema
     committed = Path(__file__).resolve().parent.parent / "dispatch.schema.json"
     assert committed.read_text() == json_schema(), "regenerate: tunefw dispatch schema dispatch.schema.json"
     schema = json.loads(committed.read_text())

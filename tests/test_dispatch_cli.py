@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tunefw import calibrate as cal
-from tunefw.cli import app
-from tunefw.dispatch import load
+from tunefw.cli.app import app
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.export import calibrate as cal
+from tunefw.outcome import Outcome, Status
 from tunefw.problem import GemmProblem
-from tunefw.study import parse_study
-from tunefw.templates import FAMILIES
+from tunefw.runtime.dispatch import load
 from tunefw.store import open_store
 from tunefw.store import queries as q
+from tunefw.study.spec import parse_study
+from tunefw.templates import FAMILIES
 
 FP = {"name": "NVIDIA H200", "cc": 90, "sm_count": 132}
 WG = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)
@@ -93,8 +93,8 @@ def test_study_show_marks_problems_exported_as_cublas(tuned_db, monkeypatch):
     routes = {(p["M"], p["N"]): p["export_route"] for p in shown["problems"]}
     assert routes[(16, 1536)] == "cublas" and routes[(32, 1536)] == "kernel"
     from rich.console import Console
-    import tunefw.cli
-    monkeypatch.setattr(tunefw.cli, "out", Console(width=300))
+    import tunefw.cli.study
+    monkeypatch.setattr(tunefw.cli.study, "out", Console(width=300))
     text = _run("study", "show", "m").stdout
     assert "cuBLAS (loses)" in text
 
@@ -173,7 +173,7 @@ def test_calibrate_refuses_a_bad_measurement(tuned_db, tmp_path, monkeypatch):
 
 
 def test_dispatch_schema_command_prints_the_committed_schema(tmp_path):
-    from tunefw.dispatch_schema import json_schema
+    from tunefw.runtime.dispatch_schema import json_schema
     assert _run("dispatch", "schema").stdout == json_schema()
     _run("dispatch", "schema", str(tmp_path / "s.json"))
     assert (tmp_path / "s.json").read_text() == json_schema()

@@ -6,9 +6,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunefw.dispatch import parse
 from tunefw.errors import UserError
-from tunefw.export import render
+from tunefw.export.table import render
+from tunefw.runtime.dispatch import parse
 from tunefw.templates import FAMILIES
 
 BASE = {

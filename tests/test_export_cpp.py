@@ -5,12 +5,12 @@ import subprocess
 
 import pytest
 
-from tunefw.compile_cmd import sample_configs
+from tunefw.cli.compile import sample_configs
 from tunefw.device import H200
-from tunefw.dispatch import DispatchEntry, DispatchTable
 from tunefw.errors import UserError
-from tunefw.export import render
+from tunefw.export.table import render
 from tunefw.problem import GemmProblem
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.templates import FAMILIES
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -142,7 +142,7 @@ def test_export_command_writes_the_header(tmp_path, cli, db_url):
 # ---- model tables: bucket rule, cuBLAS routes, calibration evidence -----------------------------
 def _model_table(seed: int) -> DispatchTable:
     """Layers over an M grid (some winners lost: cuBLAS routes) plus measured in-between shapes."""
-    from tunefw.dispatch import Evidence
+    from tunefw.runtime.dispatch import Evidence
 
     rng = random.Random(seed)
     layers = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]

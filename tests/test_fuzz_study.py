@@ -11,10 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunefw.cli import run
+from tunefw.cli.app import run
 from tunefw.problem import DIM_MAX
-from tunefw.study import load_study_file
-from tunefw.study_schema import FAULTS, SAMPLERS, TRIALS_MAX
+from tunefw.study.schema import FAULTS, SAMPLERS, TRIALS_MAX
+from tunefw.study.spec import load_study_file
 
 names = st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z")
 dims8 = st.integers(1, 1024).map(lambda v: 8 * v)

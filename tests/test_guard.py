@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from tunefw import guard
 from tunefw.device import H200
-from tunefw.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.problem import GemmProblem
-from tunefw.runtime import Dispatcher
+from tunefw.runtime import guard
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
+from tunefw.runtime.dispatcher import Dispatcher
 from tunefw.templates import FAMILIES
 
 CONFIG = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)

@@ -8,13 +8,13 @@ import pytest
 
 from conftest import cli_in_process as _cli, one_line_error as _one_line
 
-from tunefw.cli import run
+from tunefw.cli.app import run
 from tunefw.errors import UserError
 from tunefw.problem import DIM_MAX, GemmProblem, parse_shape
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.study import SimSettings, StudySpec, load_study_file, parse_study
-from tunefw.study_schema import TIMEOUT_MAX_S, TRIALS_MAX
+from tunefw.study.schema import TIMEOUT_MAX_S, TRIALS_MAX
+from tunefw.study.spec import SimSettings, StudySpec, load_study_file, parse_study
 
 from pgdb import db_urls  # noqa: F401  (fixture: SQLite, and PostgreSQL when configured)
 
@@ -219,7 +219,7 @@ def test_delete_removes_exactly_its_own_optuna_studies(capsys, db_urls):
 
 
 def test_optuna_names_of_a_study_cover_every_round(db_url):
-    from tunefw.sweep import optuna_study_name
+    from tunefw.tune.sweep import optuna_study_name
     store = open_store(db_url)
     with store.session() as s:
         study = q.create_study(s, parse_study({**BASE, "problems": ["64x64x64", "8x8x8"]}, "x"))

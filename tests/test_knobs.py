@@ -11,11 +11,11 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from conftest import run_cli
-from tunefw import dispatch
 from tunefw.compiler import compile_kernel, undeclared_includes
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
+from tunefw.runtime import dispatch
 from tunefw.templates import FAMILIES, get_family
 from tunefw.templates.base import TEMPLATE_DIR, Param
 
@@ -178,8 +178,8 @@ def test_the_cli_lists_a_familys_knobs_from_the_declaration():
 
 
 def test_a_mistyped_entry_is_refused_before_a_header_is_written():
-    from tunefw.dispatch import DispatchEntry, DispatchTable
-    from tunefw.export import render
+    from tunefw.export.table import render
+    from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 
     entry = DispatchEntry(4096, 4096, 4096, "bf16", "TN", "wgmma_sm90",
                           {**WGMMA.default_config(), "CLUSTER_M": 2.0}, 700.0, 690.0, 1)

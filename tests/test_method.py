@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tunefw.evaluate import method
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Shape collection from a model (tunefw.model_shapes) and `study create --from-model`."""
+"""Shape collection from a model (tunefw.study.model_shapes) and `study create --from-model`."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tunefw.errors import UserError
-from tunefw.model_shapes import M_GRIDS, collect_linears, model_shapes, parse_m_grid, study_problems
+from tunefw.study.model_shapes import (M_GRIDS, collect_linears, model_shapes, parse_m_grid,
+                                       study_problems)
 
 # The tiny Llama: hidden 256, intermediate 512, 2 layers, 4 heads of 64, 2 KV heads, vocab 1024.
 LLAMA = {(256, 256): ("q_proj-o_proj", 4), (128, 256): ("k_proj-v_proj", 4),
@@ -65,7 +66,7 @@ def test_llama_config_gives_its_unfused_layers(llama_config):
 
 
 def test_the_meta_build_allocates_no_weights(llama_config):
-    from tunefw.model_shapes import load_model
+    from tunefw.study.model_shapes import load_model
 
     model = load_model(llama_config)
     assert {p.device.type for p in model.parameters()} == {"meta"}

@@ -6,14 +6,16 @@ import optuna
 import pytest
 
 from conftest import run_cli
+from fakepool import finishing_pipeline
 from tunefw.device import H200
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.outcome import Outcome, Status, fingerprint_key
 from tunefw.report import best_so_far
-from tunefw.search import ProblemSearch
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.study import parse_study
-from tunefw.sweep import LaunchOptions, ProblemState, Sweep
+from tunefw.study.spec import parse_study
+from tunefw.tune.pipeline import ProblemState
+from tunefw.tune.recorder import Row
+from tunefw.tune.search import ProblemSearch
 
 # X has the higher TFLOP/s, but its screen ran on a higher clock: its cuBLAS was faster too.
 X = Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0)  # 0.875x
@@ -72,15 +74,15 @@ def _state(row, storage) -> ProblemState:
 
 
 def test_the_sweep_tells_the_search_the_ratio_and_resumes_with_it(store):
-    sweep = Sweep(store, "s", LaunchOptions(gpus=1, backend="sim"))
     with store.session() as s:
         row = q.get_study(s, "s").problems[0]
     st = _state(row, optuna.storages.InMemoryStorage())
+    pipeline = finishing_pipeline(store, "s", st)
     keys = []
     for outcome in (X, Y, Outcome(Status.WRONG_ANSWER)):
         prop = st.search.ask(set(keys))
         keys.append(prop.key)
-        sweep._finish(st, prop.family, prop.config, prop.key, outcome, prop.trial)
+        pipeline.finish(st, Row(row.id, prop.family, prop.config, prop.key), outcome, prop.trial)
     told = [t.value for t in st.search.durable.get_trials()]
     assert told == [pytest.approx(0.875), pytest.approx(1.2), None]
     assert st.best == pytest.approx(1.2)
@@ -110,6 +112,6 @@ def test_a_measurement_is_reused_only_under_the_timing_method_that_took_it(store
                                fingerprint=old_method), "src", None)
     with store.session() as s:
         problem = q.as_problem(q.get_study(s, "s").problems[0])
-        same = q.find_reusable(s, problem, "key0", "src", "", q.fingerprint_key(old_method))
-        now = q.find_reusable(s, problem, "key0", "src", "", q.fingerprint_key(H200_FP))
+        same = q.find_reusable(s, problem, "key0", "src", "", fingerprint_key(old_method))
+        now = q.find_reusable(s, problem, "key0", "src", "", fingerprint_key(H200_FP))
     assert same is not None and now is None

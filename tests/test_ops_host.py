@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tunefw
-from tunefw import ops
+from tunefw.runtime import ops
 
 
 class Recording:

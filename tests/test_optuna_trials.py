@@ -10,15 +10,18 @@ import pytest
 import yaml
 
 from conftest import run_cli
+from fakepool import finishing_pipeline
 from tunefw.device import H200
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
-from tunefw.search import ProblemSearch
+from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.study import parse_study
-from tunefw.sweep import LaunchOptions, ProblemState, Sweep, _guard_round, storage_for
+from tunefw.study.spec import parse_study
 from tunefw.templates import get_family
+from tunefw.tune.pipeline import ProblemState
+from tunefw.tune.recorder import Row
+from tunefw.tune.search import ProblemSearch
+from tunefw.tune.sweep import _guard_round, storage_for
 
 WGMMA = get_family("wgmma_sm90")
 OUTCOMES = [Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0),
@@ -44,7 +47,7 @@ def _search(store, name):
 
 def _run(store, st):
     """Three evaluated trials through the sweep's own finish step; their configs."""
-    sweep = Sweep(store, "s", LaunchOptions(gpus=1, backend="sim"))
+    pipeline = finishing_pipeline(store, "s", st)
     configs = []
     for outcome in OUTCOMES:
         prop = st.search.ask(set())
@@ -52,7 +55,8 @@ def _run(store, st):
             st.search.tell(prop.trial, None)
             prop = st.search.ask(set())
         configs.append(prop.config)
-        sweep._finish(st, prop.family, prop.config, prop.key, outcome, prop.trial)
+        pipeline.finish(st, Row(st.row.id, prop.family, prop.config, prop.key), outcome,
+                        prop.trial)
     return configs
 
 

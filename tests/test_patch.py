@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import tunefw
-from tunefw import ops
-from tunefw.patching import PatchReport
+from tunefw.runtime import ops
+from tunefw.runtime.patching import PatchReport
 
 LAYER = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
@@ -112,7 +112,7 @@ def test_report_says_why_layers_were_not_swapped():
 
 def test_patch_with_a_dispatcher_makes_it_the_process_one(tmp_path):
     from tunefw.errors import UserError
-    from tunefw.runtime import Dispatcher
+    from tunefw.runtime.dispatcher import Dispatcher
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8, dtype=torch.float16))
     with pytest.raises(UserError, match="cannot read"):  # a bad table: refused, nothing patched

@@ -8,15 +8,15 @@ import pytest
 from conftest import REPO, run_cli
 from tunefw.errors import UserError
 from tunefw.evaluate import method
-from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.evaluate.replay import ReplayEvaluator, ReplaySource, parse_backend
+from tunefw.evaluate.sweepfile import read_sweep, write_sweep
+from tunefw.export.sweeps import export_sweeps
+from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
-from tunefw.search import config_key
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.study import parse_study
-from tunefw.sweepfile import export_sweeps, read_sweep, write_sweep
-from tunefw.templates import get_family
+from tunefw.study.spec import parse_study
+from tunefw.templates import config_key, get_family
 
 SWEEPS = REPO / "benchmarks" / "sweeps"
 DECODE2 = SWEEPS / "decode2_h200"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tunefw.bench import add_roofline
 from tunefw.device import H200, spec_for
+from tunefw.measure.bench import add_roofline
 from tunefw.problem import GemmProblem
 from tunefw.roofline import figures, roofline
 

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import tunefw
-from tunefw import ops
 from tunefw.device import A100, H100, H200
-from tunefw.dispatch import load
 from tunefw.errors import UserError
-from tunefw.runtime import Dispatcher, read_manifest, ship_cubins
+from tunefw.runtime import ops
+from tunefw.runtime.dispatch import load
+from tunefw.runtime.dispatcher import Dispatcher
+from tunefw.runtime.shipped import read_manifest, ship_cubins
 from tunefw.templates import FAMILIES
 
 H200_FP = {"name": "NVIDIA H200", "cc": 90, "sm_count": 132, "uuid": "GPU-x"}
@@ -215,12 +216,12 @@ def test_route_for_tensors(tmp_path):
 def test_kernel_argument_buffer_points_at_the_values():
     import ctypes
     from tunefw.problem import GemmProblem
-    from tunefw.runtime import _pack
+    from tunefw.runtime.plan import pack
 
     mma = FAMILIES["mma_sm80"]
     args = mma.kernel_args(mma.default_config(), GemmProblem(64, 128, 256),
                            {"a": 0x1000, "b": 0x2000, "c": 0x3000, "workspace": 0})
-    address, _keep = _pack(args)
+    address, _keep = pack(args)
     slots = (ctypes.c_void_p * len(args)).from_address(address)
     pointers = [ctypes.c_void_p.from_address(slots[i]).value or 0 for i in range(4)]
     ints = [ctypes.c_int.from_address(slots[i]).value for i in range(4, 7)]

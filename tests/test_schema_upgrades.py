@@ -11,7 +11,7 @@ import pytest
 
 from conftest import invoke_cli
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Trial, Winner
@@ -56,16 +56,21 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
         assert [(p.key, p.label) for p in study.problems] == [
             ("4096x4096x4096:bf16:TN", ""), ("128x6144x4096:bf16:TN", "qkv")]
         trials = s.query(Trial).order_by(Trial.id).all()
+        lost = revision >= "0003"  # a WORKER_LOST row and its retry, linked by retry_of
         assert [(t.id, t.problem_id, t.family, t.status, t.tflops, t.cublas_tflops)
                 for t in trials] == [
             (1, 1, "wgmma_sm90", "OK", 687.2, 701.5),
             (2, 1, "mma_sm80", "WRONG_ANSWER", None, None),
             (3, 2, "mma_sm80", "INVALID", None, None),
-            (4, 2, "mma_sm80", "OK", 128.9, 160.2)]
+            (4, 2, "mma_sm80", "OK", 128.9, 160.2)] + ([
+            (5, 2, "mma_sm80", "WORKER_LOST", None, None),
+            (6, 2, "mma_sm80", "OK", 110.0, 160.2)] if lost else [])
         assert trials[0].config["CLUSTER_M"] == 2 and trials[1].log == "3 rows over their limit"
         # columns a later revision added: their values where the file had them, else defaults
-        assert [t.attempts for t in trials] == ([1, 1, 1, 1] if revision == "0001" else [1, 2, 1, 1])
+        assert [t.attempts for t in trials][:4] == (
+            [1, 1, 1, 1] if revision == "0001" else [1, 2, 1, 1])
         assert study.stats == (None if revision == "0001" else {"trials": 4, "trials_per_s": 3.1})
+        assert [t.retry_of for t in trials] == [None] * 4 + ([None, 5] if lost else [])
         (winner,) = s.query(Winner).all()
         assert (winner.problem_id, winner.trial_id, winner.tflops, winner.confirmed) == (
             1, 1, 690.0, True)
@@ -73,8 +78,11 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
                        "src", 2)  # and it takes new rows
     store.close()
     shown = json.loads(invoke_cli("--db", url, "study", "show", "frozen", "--json").stdout)
+    new_id = 7 if lost else 5
     assert [(p["evaluated"], p["ok"], p["best"]["trial_id"]) for p in shown["problems"]] == [
-        (2, 1, 1), (2, 2, 5)]  # problem 2's best is the new row (0.94x against 0.80x)
+        (2, 1, 1), (3 if lost else 2, 3 if lost else 2, new_id)]  # the new row: 0.94x, best
+    assert shown["problems"][1]["outcomes"] == (  # a WORKER_LOST row is shown, never counted
+        {"INVALID": 1, "OK": 3, "WORKER_LOST": 1} if lost else {"INVALID": 1, "OK": 2})
 
 
 def _ok() -> Outcome:

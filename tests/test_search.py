@@ -5,8 +5,8 @@ import optuna
 
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
-from tunefw.search import ProblemSearch, config_key, enumerate_valid
-from tunefw.templates import FAMILIES
+from tunefw.templates import FAMILIES, config_key
+from tunefw.tune.search import ProblemSearch, enumerate_valid
 
 
 def _search(families, sampler="random", problem=GemmProblem(4096, 4096, 4096)):
@@ -157,7 +157,7 @@ def test_screening_covers_each_family_of_a_mixed_search():
 
 
 def test_the_family_choice_is_screened_by_whether_a_family_serves_the_problem():
-    from tunefw.sampling import screen_candidates
+    from tunefw.tune.sampling import screen_candidates
     families = ["mma_sm80", "skinny_sm90", "stream_sm90"]
     samples = {"family": np.array([0.0, 1.0, 2.0])}
     big, decode = GemmProblem(4096, 4096, 4096), GemmProblem(4, 4096, 4096)
@@ -166,7 +166,7 @@ def test_the_family_choice_is_screened_by_whether_a_family_serves_the_problem():
 
 
 def test_a_sampler_process_proposes_what_the_local_sampler_would():
-    from tunefw.sampler_host import SamplerHost
+    from tunefw.tune.sampler_host import SamplerHost
 
     def proposals(host):
         search = ProblemSearch(optuna.storages.InMemoryStorage(), "t", "tpe", 0,
@@ -192,7 +192,7 @@ def test_a_sampler_process_proposes_what_the_local_sampler_would():
 def test_asker_threads_share_the_problems_and_fill_each():
     import time
 
-    from tunefw.asker import Asker, AskState
+    from tunefw.tune.asker import Asker, AskState
 
     problems = [GemmProblem(m, 4096, 4096) for m in (64, 1024, 4096)]
     states = [AskState(search=ProblemSearch(optuna.storages.InMemoryStorage(), f"t{i}", "tpe", i,

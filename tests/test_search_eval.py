@@ -6,8 +6,8 @@ import pytest
 
 from conftest import REPO, run_cli
 from tunefw.errors import UserError
-from tunefw.search_eval import RunResult, run_search, search_eval
-from tunefw.sweepfile import read_sweep
+from tunefw.evaluate.sweepfile import read_sweep
+from tunefw.tune.search_eval import RunResult, run_search, search_eval
 
 SWEEPS = REPO / "benchmarks" / "sweeps"
 CI = json.loads((REPO / "benchmarks" / "results" / "search_eval_ci.json").read_text())

@@ -8,7 +8,7 @@ from tunefw.errors import UserError
 from tunefw.store import open_store, upgrade_store
 from tunefw.store import queries as q
 from tunefw.store.session import _alembic_config, current_revision, head_revision
-from tunefw.study import parse_study
+from tunefw.study.spec import parse_study
 
 
 def _spec(name="s"):
@@ -91,7 +91,7 @@ def test_not_a_database(tmp_path):
 
 
 def test_top_trials_honours_n_including_zero(db_url):
-    from tunefw.evaluate.outcome import Outcome, Status
+    from tunefw.outcome import Outcome, Status
     store = open_store(db_url)
     with store.session() as s:
         study = q.create_study(s, _spec())

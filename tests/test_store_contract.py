@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import text
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import Outcome, Status
+from tunefw.outcome import Outcome, Status, fingerprint_key
 from tunefw.store import open_store, upgrade_store
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Study, Trial, Winner
 from tunefw.store.session import Store, current_revision, head_revision
-from tunefw.study import StudySpec, parse_study
+from tunefw.study.spec import StudySpec, parse_study
 
 FP = {"name": "NVIDIA H200", "cc": 90, "sm_count": 132, "driver": "570.1", "cuda": "12.8",
       "compiler": "nvrtc 12.8", "method": "anchored-1", "sm_clock_mhz": 1980}
@@ -126,7 +126,7 @@ def test_a_trial_row_keeps_every_value(store: Store) -> None:
         assert (t.status, t.log) == ("WRONG_ANSWER", "row 17 over its limit: 0.31 > 0.02 ✗")
         assert (t.median_ms, t.min_ms, t.iqr_ms, t.tflops, t.rel_err, t.cublas_tflops) == (
             1.25, 1.125, 0.0625, 123.456789, 0.31, 456.789)
-        assert t.fingerprint == FP and t.fingerprint_key == q.fingerprint_key(FP)
+        assert t.fingerprint == FP and t.fingerprint_key == fingerprint_key(FP)
         assert (t.gpu, t.evaluator, t.compile_s, t.attempts, t.optuna_trial) == (
             "GPU-1234", "cuda", 2.5, 2, 7)
         assert t.reused_from is None and t.created_at is not None
@@ -173,7 +173,7 @@ def test_top_trials_keep_one_row_per_config(store: Store) -> None:
 def test_resume_sees_only_its_round_and_reuses_only_real_measurements(store: Store) -> None:
     """A resumed launch reads its round's rows (by id) and answers a repeat config from a stored
     measurement of the same problem, config, sources, evaluator and device, across studies."""
-    fp_key = q.fingerprint_key(FP)
+    fp_key = fingerprint_key(FP)
     with store.session() as s:
         a = q.create_study(s, _spec("a", "256x256x256"))
         b = q.create_study(s, _spec("b", "256x256x256", "512x512x512"))

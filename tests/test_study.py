@@ -4,7 +4,7 @@ import pytest
 
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
-from tunefw.study import load_study_file, parse_study
+from tunefw.study.spec import load_study_file, parse_study
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
 

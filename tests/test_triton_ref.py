@@ -10,7 +10,7 @@ pytest.importorskip("triton")
 
 SCRIPT = """
 import torch, triton
-from tunefw.triton_ref import CONFIGS, _matmul_tn
+from tunefw.measure.triton_ref import CONFIGS, _matmul_tn
 for M, N, K in [(64, 64, 64), (33, 40, 72), (130, 24, 200)]:
     a = torch.randn(M, K, dtype=torch.float16)
     b = torch.randn(N, K, dtype=torch.float16)

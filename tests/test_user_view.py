@@ -1,7 +1,7 @@
 """The user's view: --db where people type it, and tables that survive a pipe."""
 from __future__ import annotations
 
-from tunefw.cli import hoist_db
+from tunefw.cli.app import hoist_db
 
 
 def test_db_moves_to_the_front_from_anywhere():

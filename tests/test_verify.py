@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tunefw.device import H200
-from tunefw.dispatch import DispatchEntry, DispatchTable
 from tunefw.errors import UserError
-from tunefw.export import render
+from tunefw.export.table import render
+from tunefw.measure.verify import EDGE_SHAPES, parse_shapes, plan
 from tunefw.problem import GemmProblem
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.templates import get_family
-from tunefw.verify import EDGE_SHAPES, parse_shapes, plan
 
 SKINNY = get_family("skinny_sm90")
 

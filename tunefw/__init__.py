@@ -6,10 +6,10 @@ on first access (the CLI does not pay for them).
 """
 __version__ = "0.1.0"
 
-_LAZY = {"gemm": "tunefw.ops", "Linear": "tunefw.ops", "set_dispatch": "tunefw.ops",
-         "get_dispatcher": "tunefw.ops", "Dispatcher": "tunefw.runtime",
-         "patch": "tunefw.patching", "unpatch": "tunefw.patching",
-         "PatchReport": "tunefw.patching"}
+_LAZY = {"gemm": "tunefw.runtime.ops", "Linear": "tunefw.runtime.ops",
+         "set_dispatch": "tunefw.runtime.ops", "get_dispatcher": "tunefw.runtime.ops",
+         "Dispatcher": "tunefw.runtime.dispatcher", "patch": "tunefw.runtime.patching",
+         "unpatch": "tunefw.runtime.patching", "PatchReport": "tunefw.runtime.patching"}
 
 
 def __getattr__(name: str):

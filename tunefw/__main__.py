@@ -1,4 +1,4 @@
 """`python -m tunefw` is the `tunefw` command."""
-from tunefw.cli import main
+from tunefw.cli.app import main
 
 main()

@@ -1,7 +1,7 @@
 """The one CUDA driver layer (cuda.bindings): contexts, device limits and identity, loading a
 cubin, launch attributes, launches with or without a cluster, and error classification.
 
-The evaluator (evaluate/cuda.py) and the runtime (runtime.py) both launch through here, so a
+The evaluator (evaluate/cuda.py) and the runtime (runtime/plan.py) both launch through here, so a
 kernel is loaded, configured and launched the same way when it is measured and when it serves.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from tunefw.device import DeviceSpec, spec_for
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 from tunefw.templates.base import Launch
 
 E = cu.CUresult

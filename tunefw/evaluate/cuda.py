@@ -20,8 +20,8 @@ from tunefw.cuda import driver
 from tunefw.cuda.driver import CudaFailure, classify
 from tunefw.device import DeviceSpec
 from tunefw.evaluate import method
-from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
 from tunefw.evaluate.strict import GuardedOutput, Operands, strict_verify
+from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES
 from tunefw.templates.base import KernelTemplate, Launch

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any, Iterable, Iterator
 
-from tunefw.evaluate.outcome import Status, TrialSpec
+from tunefw.outcome import Status, TrialSpec
 
 STARTUP_S = 180.0  # import torch, create the context, warm up
 SLACK_S = 30.0  # past a job's own timeout before the child is killed

@@ -23,11 +23,10 @@ from urllib.parse import parse_qs
 from tunefw.device import H200, KNOWN_DEVICES, DeviceSpec
 from tunefw.errors import UserError
 from tunefw.evaluate import method
-from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.evaluate.sweepfile import Sweep, read_sweep, sweep_paths
+from tunefw.outcome import Outcome, Status, TrialSpec, fingerprint_key
 from tunefw.problem import GemmProblem
-from tunefw.search import config_key
-from tunefw.sweepfile import Sweep, read_sweep, sweep_paths
-from tunefw.templates import FAMILIES, get_family
+from tunefw.templates import FAMILIES, config_key, get_family
 
 PREFIX = "replay:"
 NOT_RECORDED_REASON = "NOT_RECORDED: the recorded sweep does not hold this config"
@@ -79,8 +78,6 @@ class ReplaySource:
     def check(self, problems: list[GemmProblem], families: list[str]) -> None:
         """Refuse a replay that would not answer like the recording: a problem without a sweep,
         another timing method, another parameter space, sweeps of different devices."""
-        from tunefw.store.queries import fingerprint_key
-
         devices = set()
         for problem in problems:
             sweep = self.sweep_for(problem)

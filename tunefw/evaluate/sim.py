@@ -17,9 +17,9 @@ from pathlib import Path
 
 from tunefw.device import H200, DeviceSpec
 from tunefw.evaluate import method
-from tunefw.evaluate.outcome import Outcome, Status, TrialSpec
+from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
-from tunefw.study import FAULTS, SimSettings
+from tunefw.study.spec import FAULTS, SimSettings
 from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from tunefw.device import KNOWN_DEVICES, DeviceSpec
-from tunefw.evaluate.outcome import NOT_COUNTED, Status
+from tunefw.outcome import NOT_COUNTED, Status
 from tunefw.problem import GemmProblem
 from tunefw.store import Store
 from tunefw.store import queries as q

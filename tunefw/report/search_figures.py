@@ -5,7 +5,7 @@ import math
 from itertools import cycle
 from typing import Any
 
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 from tunefw.report.data import ProblemReport, TrialPoint
 from tunefw.report.plot import TUNEFW, parity, png_img, pyplot, titled
 from tunefw.templates import FAMILIES

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunefw.device import DeviceSpec
-from tunefw.dispatch import DEFAULT_MIN_RATIO
 from tunefw.problem import GemmProblem
 from tunefw.report.data import ProblemReport
 from tunefw.roofline import figures, roofline
+from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO
 from tunefw.templates import FAMILIES
 
 

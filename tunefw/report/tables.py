@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from tunefw.evaluate.outcome import Status
+from tunefw.outcome import Status
 from tunefw.report.data import ProblemReport, StudyReport
 from tunefw.report.page import table_html
 from tunefw.report.shapes import is_loss, launch_facts, ratio_of, shape_roof, verdict

@@ -10,7 +10,7 @@ from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, Str
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from tunefw.evaluate.outcome import cublas_ratio
+from tunefw.outcome import cublas_ratio
 
 SCHEMA_VERSION = 1
 
@@ -92,6 +92,8 @@ class Trial(Base):
     compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     reused_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the WORKER_LOST row of the attempt before this one (its worker died under it)
+    retry_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     @hybrid_property

@@ -1,29 +1,31 @@
 """The reads and writes the CLI and the sweep need, each in one short function."""
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
+from typing import Protocol
 
 from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 from tunefw.errors import UserError
-from tunefw.evaluate.outcome import NOT_COUNTED, Outcome, Status, cublas_ratio
+from tunefw.outcome import NOT_COUNTED, Outcome, Status, cublas_ratio, fingerprint_key
 from tunefw.problem import GemmProblem
 from tunefw.store.models import Problem, Study, Trial, Winner
-from tunefw.study import StudySpec
 
 
-def fingerprint_key(fingerprint: dict) -> str:
-    """Identity of a device for reuse: what changes timings (not clocks read at one moment),
-    the timing method included."""
-    stable = {k: fingerprint.get(k) for k in ("name", "cc", "sm_count", "driver", "cuda",
-                                              "compiler", "simulated", "method")}
-    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]
+class StudyFile(Protocol):
+    """What a new study row is made of (tunefw.study.spec.StudySpec is one: the store knows the
+    study file only by these)."""
+
+    name: str
+    problems: list[GemmProblem]
+    labels: list[str]
+
+    def to_dict(self) -> dict: ...
 
 
-def create_study(s: Session, spec: StudySpec) -> Study:
+def create_study(s: Session, spec: StudyFile) -> Study:
+    """A new study with its problems, from a validated study file."""
     if s.scalar(select(Study).where(Study.name == spec.name)) is not None:
         raise UserError(f"study {spec.name!r} already exists (tunefw study delete {spec.name})")
     study = Study(name=spec.name, spec=spec.to_dict(), round=0)
@@ -87,7 +89,8 @@ def as_problem(p: Problem) -> GemmProblem:
 
 def record_trial(s: Session, study: Study, problem: Problem, family: str, config: dict,
                  key: str, outcome: Outcome, source_hash: str, optuna_trial: int | None,
-                 attempts: int = 1, reused_from: int | None = None) -> Trial:
+                 attempts: int = 1, reused_from: int | None = None,
+                 retry_of: int | None = None) -> Trial:
     """Write one finished trial (the driver's only kind of write during a sweep)."""
     row = Trial(
         study_id=study.id, problem_id=problem.id, round=study.round, optuna_trial=optuna_trial,
@@ -97,7 +100,8 @@ def record_trial(s: Session, study: Study, problem: Problem, family: str, config
         rel_err=outcome.rel_err, cublas_tflops=outcome.cublas_tflops,
         fingerprint=outcome.fingerprint, fingerprint_key=fingerprint_key(outcome.fingerprint)
         if outcome.fingerprint else "", gpu=outcome.gpu, evaluator=outcome.evaluator,
-        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from)
+        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from,
+        retry_of=retry_of)
     s.add(row)
     s.flush()
     return row
@@ -116,8 +120,7 @@ def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
             Problem.key == problem.key(), Trial.config_key == key,
             Trial.source_hash == source_hash, Trial.evaluator == evaluator,
             Trial.fingerprint_key == fp_key, Trial.reused_from.is_(None),
-            Trial.status.notin_([*NOT_COUNTED, Status.WORKER_LOST.value,
-                                 Status.TIMEOUT.value]))
+            Trial.status.notin_([*NOT_COUNTED, Status.TIMEOUT.value]))
         .order_by(Trial.id).limit(1))
 
 

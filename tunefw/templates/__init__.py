@@ -1,6 +1,9 @@
 """Kernel families by name. Each family's file declares its parameter space once."""
 from __future__ import annotations
 
+import hashlib
+import json
+
 from tunefw.errors import UserError
 from tunefw.templates.base import KernelTemplate
 
@@ -22,3 +25,9 @@ def get_family(name: str) -> KernelTemplate:
         return FAMILIES[name]
     except KeyError:
         raise UserError(f"family {name!r}: expected one of {', '.join(sorted(FAMILIES))}") from None
+
+
+def config_key(family: str, config: dict) -> str:
+    """Canonical identity of a config: the reuse and dedupe key."""
+    text = json.dumps({"family": family, "config": config}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -3,8 +3,9 @@
 Run once when a migration is released (`python3 tests/data/schema/make.py 0003`), commit the
 file and never regenerate an old one: each is what that revision's tunefw left on disk, and
 tests/test_schema_upgrades.py upgrades a copy of each to head. The schema comes from Alembic at
-that revision; the rows (a study of two problems, four trials of several outcomes, a winner)
-are written with only the columns the revision has, as its code wrote them.
+that revision; the rows (a study of two problems, four trials of several outcomes, a winner;
+from 0003 on also a WORKER_LOST row and its retry) are written with only the columns the
+revision has, as its code wrote them.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def rows() -> dict[str, list[dict]]:
              "fingerprint": FP, "fingerprint_key": "fedcba9876543210", "gpu": "0",
              "evaluator": "cuda", "created_at": CREATED, "attempts": 1, "reused_from": None,
              "median_ms": None, "min_ms": None, "iqr_ms": None, "tflops": None, "rel_err": None,
-             "cublas_tflops": None, "compile_s": None}
+             "cublas_tflops": None, "compile_s": None, "retry_of": None}
     return {
         "tunefw_meta": [{"key": "schema_version", "value": "1"}],
         "tunefw_study": [{"id": 1, "name": "frozen", "created_at": CREATED, "spec": SPEC,
@@ -62,7 +63,14 @@ def rows() -> dict[str, list[dict]]:
                  evaluator=""),
             dict(trial, id=4, problem_id=2, optuna_trial=1, family="mma_sm80", config=MMA,
                  config_key="k-mma", status="OK", median_ms=0.05, min_ms=0.049, iqr_ms=0.001,
-                 tflops=128.9, rel_err=0.0009, cublas_tflops=160.2, compile_s=1.0)],
+                 tflops=128.9, rel_err=0.0009, cublas_tflops=160.2, compile_s=1.0),
+            dict(trial, id=5, problem_id=2, optuna_trial=None, family="mma_sm80",
+                 config=dict(MMA, STAGES=3), config_key="k-mma3", status="WORKER_LOST",
+                 log="attempt 1: WORKER_LOST (worker process died)", since="0003"),
+            dict(trial, id=6, problem_id=2, optuna_trial=2, family="mma_sm80",
+                 config=dict(MMA, STAGES=3), config_key="k-mma3", status="OK", median_ms=0.06,
+                 min_ms=0.059, iqr_ms=0.001, tflops=110.0, rel_err=0.0009,
+                 cublas_tflops=160.2, compile_s=1.0, attempts=2, retry_of=5, since="0003")],
         "tunefw_winner": [{"problem_id": 1, "trial_id": 1, "family": "wgmma_sm90",
                            "config": WGMMA, "tflops": 690.0, "cublas_tflops": 700.0,
                            "confirmed": True, "fingerprint": FP, "evaluator": "cuda"}],
@@ -80,7 +88,8 @@ def make(revision: str) -> Path:
         for table, table_rows in rows().items():
             columns = set(meta.tables[table].c.keys())
             conn.execute(insert(meta.tables[table]),
-                         [{k: v for k, v in r.items() if k in columns} for r in table_rows])
+                         [{k: v for k, v in r.items() if k in columns} for r in table_rows
+                          if r.get("since", revision) <= revision])
     engine.dispose()
     con = sqlite3.connect(path)
     con.execute("VACUUM")

@@ -1,0 +1,108 @@
+"""An in-process worker pool for the sweep's tests: no Ray, no processes. Each poll runs the
+head job of every slot on the simulated device's evaluator; ``dies`` says where a worker dies
+under a job, ``stop_after`` ends the launch (as a kill would) after that many results. A fake
+compiler pool stands in for the cuda launch's; a pipeline without either runs its finish step."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from tunefw.compiler import CompileResult
+from tunefw.device import H200
+from tunefw.evaluate.sim import SimEvaluator
+from tunefw.outcome import Outcome, Status
+from tunefw.store import queries as q
+from tunefw.study.spec import SimSettings, StudySpec
+from tunefw.tune.pipeline import Pipeline, ProblemState
+from tunefw.tune.pool import Job, Slot, WorkerPool
+from tunefw.tune.recorder import Recorder
+
+
+class Killed(Exception):
+    """The launch ended under the pool (the in-process stand-in for a kill)."""
+
+
+class FakePool(WorkerPool):
+    """``workers`` simulated workers; ``dies(job, first_seen_index)`` kills the worker."""
+
+    def __init__(self, workers: int = 2, dies: Callable[[Job, int], bool] | None = None,
+                 stop_after: int | None = None) -> None:
+        self.evaluator = SimEvaluator(SimSettings(trial_seconds=0.0))
+        self.infos = [{"gpu": f"fake{i}", "pid": 0, "device": self.evaluator.device_spec(),
+                       "fingerprint": self.evaluator.fingerprint()} for i in range(workers)]
+        self.slots = [Slot(i) for i in range(workers)]
+        self.events: list[str] = []
+        self.dies = dies or (lambda job, index: False)
+        self.stop_after = stop_after
+        self.seen: list[int] = []  # id() of each job, in the order first submitted
+        self.jobs: list[Job] = []  # every submission (a retry again)
+        self.results = 0
+        self.shut = False
+
+    def submit(self, slot: Slot, job: Job) -> None:
+        if id(job) not in self.seen:
+            self.seen.append(id(job))
+        self.jobs.append(job)
+        slot.queue.append((job, None))
+
+    def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
+        done: list[tuple[Job, Outcome]] = []
+        requeue: list[Job] = []
+        for slot in self.slots:
+            if not slot.queue:
+                continue
+            if self.stop_after is not None and self.results >= self.stop_after:
+                raise Killed(f"stopped after {self.results} results")
+            job, _ = slot.queue.popleft()
+            self.results += 1
+            if self.dies(job, self.seen.index(id(job))):
+                requeue += [queued for queued, _ in slot.queue]
+                slot.queue.clear()
+                slot.restarts += 1
+                self.events.append(f"worker {slot.index} restarted: worker process died")
+                done.append((job, Outcome(Status.WORKER_LOST, log="worker process died",
+                                          gpu=self.infos[slot.index]["gpu"], evaluator="sim")))
+                continue
+            run = self.evaluator.evaluate if job.kind == "evaluate" else self.evaluator.confirm
+            outcome = run(job.spec, job.compiled)
+            outcome.gpu = self.infos[slot.index]["gpu"]
+            slot.trials += 1
+            slot.busy_s += outcome.busy_s
+            done.append((job, outcome))
+        return done, requeue
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+class FakeCompiler:
+    """A compiler pool that compiles nothing: each submit is a finished future, a
+    COMPILE_ERROR where ``fails(config)`` says so; ``submitted`` counts them."""
+
+    workers = 1
+
+    def __init__(self, fails: Callable[[dict], bool]) -> None:
+        self.fails = fails
+        self.submitted = 0
+        self.closed = False
+
+    def submit(self, template: Any, config: dict, dtype: str, arch: str) -> Future:
+        self.submitted += 1
+        bad = self.fails(config)
+        future: Future = Future()
+        future.set_result(CompileResult(Status.COMPILE_ERROR if bad else Status.OK,
+                                        None if bad else b"cubin", "kernel",
+                                        "error: fake" if bad else "", 32, 0, 0, 0.25, False,
+                                        "key"))
+        return future
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def finishing_pipeline(store: Any, study_name: str, st: ProblemState) -> Pipeline:
+    """A pipeline of one problem with no pool and no asker: enough for its finish step."""
+    with store.session() as s:
+        study = q.get_study(s, study_name)
+        recorder, spec = Recorder(store, study.id, "sim"), StudySpec.from_dict(study.spec)
+    return Pipeline(None, recorder, {st.row.id: st}, None, spec, H200, {})

@@ -1,0 +1,175 @@
+"""The sweep's pipeline and confirmation on an in-process pool (tests/fakepool.py, no Ray): the
+rows it stores, each problem's budget, the winners, a worker's death as a WORKER_LOST row with
+its retry linked to it, and a launch that ends midway resuming to the budget."""
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from conftest import invoke_cli
+from fakepool import FakeCompiler, FakePool, Killed
+from tunefw.outcome import NOT_COUNTED, Outcome, Status
+from tunefw.store import open_store
+from tunefw.store import queries as q
+from tunefw.store.models import Problem, Trial, Winner
+from tunefw.study.spec import parse_study
+from tunefw.templates import config_key, get_family
+from tunefw.tune.pipeline import ProblemState
+from tunefw.tune.recorder import Recorder, Row
+from tunefw.tune.search import ProblemSearch
+from tunefw.tune.sweep import LaunchOptions, Sweep, storage_for
+
+SHAPES = ["256x256x256", "512x256x128"]
+
+
+@pytest.fixture
+def store(db_url):
+    store = open_store(db_url)
+    yield store
+    store.close()
+
+
+def _study(store, trials: int, shapes=SHAPES, confirm_top: int = 2) -> None:
+    with store.session() as s:
+        q.create_study(s, parse_study({"name": "s", "trials": trials, "sampler": "random",
+                                       "families": ["mma_sm80"], "confirm_top": confirm_top,
+                                       "problems": shapes}, "test"))
+
+
+def _launch(store, pool: FakePool, **options) -> dict:
+    sweep = Sweep(store, "s", LaunchOptions(gpus=len(pool.slots), backend="sim", **options),
+                  pool_factory=lambda opts, spec, replay: pool)
+    return sweep.run()
+
+
+def _rows(store) -> list[Trial]:
+    with store.session() as s:
+        return s.query(Trial).order_by(Trial.id).all()
+
+
+def _evaluated(rows: list[Trial], problem_id: int) -> list[Trial]:
+    return [t for t in rows if t.problem_id == problem_id and t.status not in NOT_COUNTED]
+
+
+def test_a_launch_fills_each_budget_and_confirms_each_winner(store, db_url):
+    _study(store, trials=5)
+    pool = FakePool(workers=3)
+    stats = _launch(store, pool)
+    rows = _rows(store)
+    for problem_id in (1, 2):
+        evaluated = _evaluated(rows, problem_id)
+        assert len(evaluated) == 5 and len({t.config_key for t in evaluated}) == 5
+        assert all(t.status == "OK" and t.evaluator == "sim" and t.attempts == 1
+                   and t.retry_of is None and t.gpu.startswith("fake") for t in evaluated)
+    assert stats["trials"] == 10 and stats["workers"] == 3 and not stats["stopped_at_time_limit"]
+    evaluate = [j for j in pool.jobs if j.kind == "evaluate"]
+    confirm = [j for j in pool.jobs if j.kind == "confirm"]
+    assert len(evaluate) == 10 and len(confirm) == 4  # confirm_top 2 per problem
+    with store.session() as s:
+        winners = {w.problem_id: w for w in s.query(Winner)}
+        assert set(winners) == {1, 2} and all(w.confirmed for w in winners.values())
+        for problem_id, w in winners.items():  # the winner is one of the confirmed top two
+            assert w.trial_id in [t.id for t in q.top_trials(s, s.get(Problem, problem_id), 0, 2)]
+        assert q.get_study(s, "s").stats == stats
+    durable = optuna.load_study(study_name="s/256x256x256:bf16:TN/r0", storage=db_url)
+    assert sorted(t.user_attrs["tunefw_trial_id"] for t in durable.trials) == \
+        [t.id for t in _evaluated(rows, 1)]
+    assert pool.shut
+
+
+def test_a_lost_worker_leaves_a_worker_lost_row_and_a_linked_retry(store, db_url):
+    """The second trial's worker dies once (its retry is OK), the fourth's on both attempts
+    (RUNTIME_CRASH). Neither loss counts against the budget of 5."""
+    _study(store, trials=5, shapes=SHAPES[:1])
+    pool = FakePool(workers=1, dies=lambda job, i: (i, job.attempt) in {(1, 1), (3, 1), (3, 2)})
+    stats = _launch(store, pool)
+    rows = [t for t in _rows(store) if t.status != "INVALID"]
+    assert [(t.status, t.attempts) for t in rows] == [
+        ("OK", 1), ("WORKER_LOST", 1), ("OK", 2), ("OK", 1), ("WORKER_LOST", 1),
+        ("RUNTIME_CRASH", 2), ("OK", 1)]
+    lost, retried, lost2, crashed = rows[1], rows[2], rows[4], rows[5]
+    assert (retried.retry_of, crashed.retry_of) == (lost.id, lost2.id)
+    assert retried.config_key == lost.config_key and crashed.config_key == lost2.config_key
+    assert lost.optuna_trial is None and lost.log == "attempt 1: WORKER_LOST (worker process died)"
+    assert retried.log.startswith(f"retry of trial {lost.id} (its worker died)\n")
+    assert "attempt 2: WORKER_LOST" in crashed.log and "the config kills it" in crashed.log
+    assert stats["restarts"] == 3 and stats["trials"] == 4  # results a worker returned
+    shown = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)
+    (problem,) = shown["problems"]
+    assert problem["evaluated"] == 5
+    assert {k: v for k, v in problem["outcomes"].items() if k != "INVALID"} == {
+        "OK": 4, "RUNTIME_CRASH": 1, "WORKER_LOST": 2}
+    durable = optuna.load_study(study_name="s/256x256x256:bf16:TN/r0", storage=db_url)
+    assert len(durable.trials) == 5  # a lost attempt is no Optuna trial: its retry is
+
+
+def test_a_launch_ended_midway_resumes_to_the_budget(store):
+    _study(store, trials=6)
+    with pytest.raises(Killed):
+        _launch(store, FakePool(workers=2, stop_after=5))
+    before = [(t.id, t.config_key, t.status, t.tflops) for t in _rows(store)]
+    assert 0 < len([r for r in before if r[2] != "INVALID"]) < 12
+    pool = FakePool(workers=2)
+    stats = _launch(store, pool)
+    rows = _rows(store)
+    assert [(t.id, t.config_key, t.status, t.tflops) for t in rows][:len(before)] == before
+    for problem_id in (1, 2):
+        evaluated = _evaluated(rows, problem_id)
+        assert len(evaluated) == 6 and len({t.config_key for t in evaluated}) == 6
+    resumed = len([r for r in before if r[2] != "INVALID"])
+    assert stats["trials"] == 12 - resumed  # only the rest ran
+    with store.session() as s:
+        assert {w.problem_id for w in s.query(Winner)} == {1, 2}
+
+
+def test_a_lost_attempt_without_its_retry_frees_the_config_on_resume(store):
+    """A launch killed between a WORKER_LOST row and its retry: the config is not counted, and
+    not known (it may be asked again), unlike a finished trial."""
+    _study(store, trials=4, shapes=SHAPES[:1])
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        problem, study_id = study.problems[0], study.id
+    recorder = Recorder(store, study_id, "sim")
+    done, lost = (Row(problem.id, "mma_sm80", c, config_key("mma_sm80", c))
+                  for c in get_family("mma_sm80").seed_configs()[:2])
+    recorder.trial(done, Outcome(Status.OK, tflops=90.0, cublas_tflops=100.0), 0)
+    recorder.trial(lost, Outcome(Status.WORKER_LOST, log="worker process died"), None)
+    search = ProblemSearch(storage_for(store), "s/p/r0", "random", 0, ["mma_sm80"],
+                           q.as_problem(problem), FakePool().infos[0]["device"])
+    st = ProblemState(search=search, budget=4, row=problem)
+    with store.session() as s:
+        st.resume(q.problem_trials(s, q.get_study(s, "s"), problem))
+    assert (st.known, st.evaluated, st.values) == ({done.key}, 1, {done.key: 0.9})
+    assert len(search.durable.trials) == 1  # the finished trial restored, not the lost one
+
+
+def test_a_time_limit_reached_at_once_runs_nothing_and_confirms_nothing(store):
+    _study(store, trials=4)
+    pool = FakePool(workers=2)
+    stats = _launch(store, pool, time_limit_s=0.0)
+    assert stats["stopped_at_time_limit"] and stats["trials"] == 0 and not pool.jobs
+    with store.session() as s:
+        assert s.query(Winner).count() == 0 and q.get_study(s, "s").stats is None
+    assert all(t.status in NOT_COUNTED for t in _rows(store))
+
+
+def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store):
+    """Every evaluated config goes through the compiler first; a failed compile never reaches a
+    worker, is stored with its compile time and counts against the budget."""
+    _study(store, trials=6, shapes=SHAPES[:1])
+    compiler = FakeCompiler(fails=lambda config: config["STAGES"] % 2 == 0)
+    pool = FakePool(workers=2)
+    sweep = Sweep(store, "s", LaunchOptions(gpus=2, backend="sim"),
+                  pool_factory=lambda opts, spec, replay: pool,
+                  compiler_factory=lambda opts: compiler)
+    sweep.run()
+    evaluated = _evaluated(_rows(store), 1)
+    failed = [t for t in evaluated if t.status == "COMPILE_ERROR"]
+    assert len(evaluated) == 6 and failed and all(t.compile_s == 0.25 for t in evaluated)
+    assert all(t.config["STAGES"] % 2 == 0 and t.log == "error: fake" for t in failed)
+    ran = [j for j in pool.jobs if j.kind == "evaluate"]
+    assert len(ran) == 6 - len(failed) and all(j.compiled.cubin == b"cubin" for j in ran)
+    confirmed = [j for j in pool.jobs if j.kind == "confirm"]
+    assert compiler.submitted == 6 + len(confirmed) and compiler.closed

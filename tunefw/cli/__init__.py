@@ -1,0 +1,1 @@
+"""The `tunefw` command: thin Typer commands over the library."""

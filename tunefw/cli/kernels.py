@@ -1,0 +1,54 @@
+"""`tunefw family` and `tunefw compile`: the kernel families' declared knobs, and compiling
+configs without a GPU (tunefw/cli/compile.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from tunefw.cli.common import out
+from tunefw.templates import FAMILIES
+
+FAMILY_NAMES = " | ".join(sorted(FAMILIES))
+
+
+def family_cmd(name: Optional[str] = typer.Argument(
+        None, help=f"Kernel family ({FAMILY_NAMES}); default: list the families.")) -> None:
+    """List the kernel families, or one family's knobs as declared: values (default first),
+    Optuna encoding, C++ template-argument tokens, meaning."""
+    from tunefw.templates import get_family
+    if name is None:
+        for fam in sorted(FAMILIES):
+            t = FAMILIES[fam]
+            out.print(f"{fam}  {t.kernel} in {t.source}, cc >= {t.min_cc}, {len(t.params)} knobs")
+        return
+    template = get_family(name)
+    table = Table(title=f"{name}: {template.kernel}<DTYPE, {', '.join(template.param_names)}>")
+    for column in ("knob", "values", "optuna", "c++", "meaning"):
+        table.add_column(column, overflow="fold")
+    for row in template.describe():
+        table.add_row(row["name"], row["values"], row["optuna"], row["cpp"], row["help"])
+    out.print(table)
+
+
+def compile_cmd(
+    family: str = typer.Argument(..., help=f"Kernel family ({FAMILY_NAMES})."),
+    arch: str = typer.Option(..., "--arch", help="sm_80 | sm_90 | sm_90a."),
+    sample: int = typer.Option(8, "--sample", help="How many random valid configs."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    config: Optional[str] = typer.Option(None, "--config", help="One config as JSON instead."),
+    check_sass: bool = typer.Option(False, "--check-sass", help="Fail configs whose SASS uses "
+                                    "local memory (LDL/STL) or lacks the family's tensor-core op "
+                                    "(HGMMA for wgmma_sm90, HMMA otherwise)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16."),
+    shape: str = typer.Option("4096x4096x4096", "--shape",
+                              help="MxNxK the configs are sampled and checked for."),
+) -> None:
+    """Compile sampled (or given) configs without a GPU; report registers, smem, spills."""
+    from tunefw.cli.compile import run_compile
+    code = run_compile(family, arch, sample, seed, config, check_sass, cache_dir, dtype, out,
+                       shape=shape)
+    raise typer.Exit(code)

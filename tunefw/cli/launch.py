@@ -1,0 +1,90 @@
+"""`tunefw launch`: pick the backend (refusing what cannot run before Ray starts) and run the
+study's sweep with the live progress display."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tunefw.cli.common import err, open_db, out
+from tunefw.errors import UserError
+
+SIM_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))  # simulated workers of a local Ray
+
+
+def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
+    if backend.startswith("replay:"):
+        from tunefw.evaluate.replay import parse_backend
+        parse_backend(backend)  # a bad spec fails here, before Ray starts
+        return "replay"
+    if backend not in ("auto", "sim", "cuda"):
+        raise UserError(f"--backend {backend!r}: expected auto, sim, cuda or replay:PATH")
+    if gpus < 1:
+        raise UserError(f"--gpus {gpus}: expected at least 1")
+    if backend == "sim" or (backend == "auto" and address is None and _local_gpus() == 0):
+        if backend == "auto":
+            err.print("no GPU visible: using the SIMULATED device (--backend sim)")
+        if address is None and gpus > SIM_MAX_WORKERS:  # each is a process: more never start
+            raise UserError(f"--gpus {gpus}: the simulated device runs at most "
+                            f"{SIM_MAX_WORKERS} workers on this machine ({os.cpu_count()} CPUs)")
+        return "sim"
+    if address is None and _local_gpus() < gpus:
+        raise UserError(f"--gpus {gpus}: this machine has {_local_gpus()} visible GPU(s)")
+    return "cuda"
+
+
+def _local_gpus() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def launch(
+    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
+    gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
+    backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
+                                "else sim) | sim (SIMULATED device on CPU) | cuda | "
+                                "replay:PATH[?delay=S] (answer from recorded sweeps)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
+                                          "(e.g. 127.0.0.1:6379) instead of starting one."),
+    new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
+                                   "the device or a parameter space changed)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory "
+                                             "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", metavar="SECONDS",
+                                               help="Stop asking for new trials after this long, "
+                                               "finish those in flight; launch again to resume."),
+) -> None:
+    """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
+    from tunefw.cli.progress import LaunchProgress
+    from tunefw.store import queries as q
+    from tunefw.tune.interrupt import stop_on_sigterm
+    from tunefw.tune.sweep import LaunchOptions, Sweep
+
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise UserError(f"--time-limit {time_limit:g}: expected a finite, positive number of "
+                        "seconds")
+    store = open_db("write")  # a launch without a database has no study to run
+    with store.session() as s:
+        name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
+    chosen = _pick_backend(backend, gpus, address)
+    stop_on_sigterm()
+    options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
+                            cache_dir=cache_dir, time_limit_s=time_limit,
+                            replay=backend if chosen == "replay" else None)
+    with LaunchProgress(out) as progress:
+        stats = Sweep(store, name, options, progress.hook).run()
+    if not stats["trials"]:
+        out.print(f"study {name}: nothing left to run (every problem has its budget)")
+        return
+    out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
+              f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
+              + (" [SIMULATED]" if stats["simulated"] else "")
+              + (" [REPLAY]" if stats.get("replay") else ""))
+    if stats["stopped_at_time_limit"]:
+        out.print("time limit reached: trials in flight were finished; launch again to resume")

@@ -1,0 +1,154 @@
+"""Recorded sweeps: one problem's trials of a study in a small gzip JSON-lines file.
+
+Line 1 is the header (``format`` = FORMAT): the study, the problem, the families' space hashes
+and source hashes, the device fingerprint and timing method, the confirmed winner, and the
+file's ``coverage`` (distinct valid configs it holds out of the valid space of the declared
+families, when that space is still the current one). Every further line is one trial row:
+``family, config, outcome, ratio, median_ms, tflops, cublas_tflops`` (+ ``reason``, the first
+log line, for outcomes other than OK). Written by ``tunefw export --format sweep``
+(tunefw/export/sweeps.py); read by the replay backend and ``tunefw search-eval``.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunefw.errors import UserError
+from tunefw.outcome import Status
+from tunefw.problem import GemmProblem
+from tunefw.templates import FAMILIES, config_key, get_family
+
+FORMAT = "tunefw-sweep"
+VERSION = 1
+SUFFIX = ".jsonl.gz"
+
+
+@dataclass
+class SweepRow:
+    """One recorded trial."""
+
+    family: str
+    config: dict
+    outcome: str
+    ratio: float | None = None
+    median_ms: float | None = None
+    tflops: float | None = None
+    cublas_tflops: float | None = None
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return config_key(self.family, self.config)
+
+    def as_dict(self) -> dict:
+        d = {"family": self.family, "config": self.config, "outcome": self.outcome}
+        for name in ("ratio", "median_ms", "tflops", "cublas_tflops"):
+            value = getattr(self, name)
+            if value is not None:
+                d[name] = float(f"{value:.6g}")
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+@dataclass
+class Sweep:
+    """A recorded sweep of one problem: header facts and rows (first row of each config kept)."""
+
+    header: dict
+    rows: list[SweepRow] = field(default_factory=list)
+    path: str = ""
+
+    @property
+    def problem(self) -> GemmProblem:
+        return GemmProblem(**self.header["problem"])
+
+    @property
+    def method(self) -> str | None:
+        return self.header.get("method")
+
+    def by_key(self) -> dict[str, SweepRow]:
+        out: dict[str, SweepRow] = {}
+        for row in self.rows:
+            out.setdefault(row.key, row)
+        return out
+
+    def measured(self) -> list[SweepRow]:
+        """Rows that were run on the device (every outcome but INVALID), one per config."""
+        return [r for r in self.by_key().values() if r.outcome != Status.INVALID.value]
+
+    def best_ratio(self) -> float | None:
+        ratios = [r.ratio for r in self.rows if r.outcome == Status.OK.value and r.ratio]
+        return max(ratios) if ratios else None
+
+    def reference(self) -> tuple[float | None, str]:
+        """The ratio search-eval measures against: the confirmed winner's screened ratio (the
+        objective the search ranks by, for the config the confirmation chose), else the best
+        screened ratio; and which of the two it is."""
+        winner = self.header.get("winner") or {}
+        if winner.get("config") is not None:
+            row = self.by_key().get(config_key(winner["family"], winner["config"]))
+            if row is not None and row.ratio:
+                return row.ratio, "confirmed winner's screened ratio"
+        return self.best_ratio(), "best screened ratio"
+
+    def stale_families(self) -> list[str]:
+        """Families whose recorded space hash is not the current declaration's."""
+        hashes = self.header.get("space_hashes") or {}
+        return sorted(f for f, h in hashes.items()
+                      if f not in FAMILIES or get_family(f).space_hash() != h)
+
+
+def problem_filename(problem: GemmProblem) -> str:
+    return f"{problem.M}x{problem.N}x{problem.K}_{problem.dtype}_{problem.layout}{SUFFIX}"
+
+
+def write_sweep(path: Path, sweep: Sweep) -> None:
+    """Write a sweep file (gzip, deterministic bytes: no timestamp in the gzip header)."""
+    lines = [json.dumps(sweep.header, sort_keys=True)]
+    lines += [json.dumps(r.as_dict(), sort_keys=True) for r in sweep.rows]
+    data = gzip.compress(("\n".join(lines) + "\n").encode(), compresslevel=9, mtime=0)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def read_sweep(path: Path | str) -> Sweep:
+    """Read and validate one sweep file (one-line error on a bad one)."""
+    path = Path(path)
+    try:
+        text = gzip.decompress(path.read_bytes()).decode()
+    except OSError as exc:
+        raise UserError(f"{path}: not a readable sweep file ({exc})") from None
+    lines = text.splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else {}
+        rows = [SweepRow(**json.loads(line)) for line in lines[1:] if line.strip()]
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: malformed sweep file ({exc})") from None
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise UserError(f"{path}: not a {FORMAT} v{VERSION} file")
+    for key in ("problem", "space_hashes", "method", "fingerprint"):
+        if key not in header:
+            raise UserError(f"{path}: header lacks {key!r}")
+    try:
+        GemmProblem(**header["problem"])
+    except (TypeError, UserError) as exc:
+        raise UserError(f"{path}: bad problem in header ({exc})") from None
+    return Sweep(header, rows, str(path))
+
+
+def sweep_paths(path: Path | str) -> list[Path]:
+    """A sweep file, or every sweep file under a directory (sorted)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.rglob(f"*{SUFFIX}"))
+        if not found:
+            raise UserError(f"{path}: no *{SUFFIX} sweep files in it")
+        return found
+    if not path.is_file():
+        raise UserError(f"{path}: no such sweep file or directory")
+    return [path]

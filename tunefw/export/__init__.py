@@ -1,0 +1,2 @@
+"""Writing dispatch tables: from a study's winners (JSON, CSV, the C++ header) and
+calibrated against measurements."""

@@ -1,0 +1,338 @@
+"""`tunefw export --format cpp`: a self-contained C++17 header of a dispatch table.
+
+The header's lookup() gives the same answer as DispatchTable.lookup(problem) on the table's own
+device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence, cuBLAS
+routes), written out in C++. check() cannot run in C++, so validity is split in two:
+
+* the part of check() that does not depend on the shape (space, device limits) is evaluated
+  here, per entry, on the entry's own shape: ``nearest_ok`` (an entry whose config fails its own
+  shape serves no shape, its own included);
+* the part that depends on the shape is written out below per family (``fits_<family>``),
+  mirroring templates/<family>.py::_check. tests/test_export_cpp.py compares both with Python on
+  random configs and shapes, so a change to a family's check() the header does not follow fails.
+
+Distances use the same arithmetic as GemmProblem.log_distance (std::log, std::pow(d, 2.0),
+left-to-right sum, std::sqrt). Python >= 3.12 sums floats with compensation, so there two
+entries whose distances differ only in the last bit may be ordered differently.
+
+Nothing from the table reaches the header unchecked: every config value is checked against its
+family's declaration (type and value) and every template argument is an int literal; every
+string (device name, labels, reasons) is an escaped C++ string literal, and comments carry only
+escaped text.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from tunefw.errors import UserError
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, config_reason
+from tunefw.templates import FAMILIES
+from tunefw.templates.mma_sm80 import MAX_WORKSPACE_BYTES
+
+CPP_FITS = {
+    "mma_sm80": """\
+  if (e.split_k > 1) {
+    const int64_t ktiles = cdiv(K, e.bk);
+    if (e.split_k > ktiles) return false;
+    if (cdiv(ktiles, e.split_k) * (e.split_k - 1) >= ktiles) return false;
+    const int64_t tiles = cdiv(M, e.bm) * cdiv(N, e.bn);
+    const int64_t per_tile = int64_t(e.split_k) * e.bm * e.bn * 4;
+    if (tiles > kMaxWorkspaceBytes / per_tile) return false;
+    if (cdiv(tiles * 4, 256) * 256 + tiles * per_tile > kMaxWorkspaceBytes) return false;
+  }
+  return cdiv(M, e.bm) * cdiv(N, e.bn) <= kMaxGrid;""",
+    "wgmma_sm90": """\
+  const int64_t num_m = cdiv(M, e.bm), num_n = cdiv(N, e.bn);
+  if (e.cluster_m > num_m || e.cluster_n > num_n) return false;
+  if (e.split_k > cdiv(K, e.bk)) return false;
+  if (e.persistent == 0 &&
+      cdiv(num_m, e.cluster_m) * cdiv(num_n, e.cluster_n) * e.split_k * e.cluster_m > kMaxGrid)
+    return false;
+  return true;""",
+    # Reads its knobs from the entry's template arguments (see _knob_prelude).
+    "skinny_sm90": """  const int64_t need = cdiv(M, 8);
+  if (MTILES < need || MTILES > 2 * need) return false;
+  if (BN - 16 >= N) return false;
+  const int64_t steps = cdiv(K, 32 * KV), per_rank = cdiv(steps, CK);
+  if (per_rank * (CK - 1) >= steps) return false;
+  return per_rank >= WARPS;""",
+    "stream_sm90": """  const int64_t need = cdiv(M, 8);
+  if (MTILES < need || MTILES > 2 * need) return false;
+  if (BN - 16 >= N) return false;
+  const int64_t chunks = cdiv(K, BK);
+  return cdiv(chunks, CK) * (CK - 1) < chunks;""",
+}
+# Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
+# dtype code, then one per declared param in declaration order (templates/<family>.py).
+KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90")
+RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
+RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
+_INT = re.compile(r"-?[0-9]{1,19}")
+_PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;_-+=()[]<>/*#@%&!~^|{}")
+
+
+def cpp_string(text: str) -> str:
+    """``text`` as a C++ string literal: anything but plain printable ASCII as octal escapes."""
+    return '"' + "".join(c if c in _PLAIN else "".join(f"\\{b:03o}" for b in c.encode("utf-8"))
+                         for c in text) + '"'
+
+
+def cpp_comment(text: str) -> str:
+    """``text`` for a // comment: plain printable ASCII, the rest as octal escapes."""
+    return cpp_string(text)[1:-1].replace("*/", "*\\057")
+
+
+def cpp_int(value: object, what: str, bits: int = 32) -> str:
+    """A checked int literal (never bool, float or text that is not a ``bits``-bit integer)."""
+    text = str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _INT.fullmatch(text) \
+            or not -2**(bits - 1) <= int(text) < 2**(bits - 1):
+        raise UserError(f"--format cpp: {what}={value!r}: expected a {bits}-bit integer")
+    return str(int(text))
+
+
+def cpp_double(value: float | None, what: str) -> str:
+    """A finite double literal; None (unknown) is -1.0."""
+    if value is None:
+        return "-1.0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UserError(f"--format cpp: {what}={value!r}: expected a finite number")
+    return repr(float(value))
+
+
+def _template_args(e: DispatchEntry, index: int) -> list[str]:
+    reason = config_reason(e.family, e.config)
+    if reason:
+        raise UserError(f"--format cpp: entries[{index}].config: {reason}")
+    args = FAMILIES[e.family].template_args(e.config, e.dtype)
+    return [cpp_int(a, f"entries[{index}] template argument {k}") for k, a in enumerate(args)]
+
+
+def _cpp_entry(e: DispatchEntry, index: int, nearest_ok: bool) -> str:
+    args = _template_args(e, index)
+    rules = ", ".join(cpp_int(e.config.get(f, RULE_DEFAULTS.get(f, 0)), f"entries[{index}].{f}")
+                      for f in RULE_FIELDS)
+    ratio = e.ratio
+    dims = ", ".join(cpp_int(v, f"entries[{index}].{n}", 63) for n, v in zip("MNK", (e.M, e.N, e.K)))
+    return (f"    {{{dims}, DType::{e.dtype}, Family::{e.family}, "
+            f"{cpp_string(FAMILIES[e.family].name_expression(e.config, e.dtype))}, {len(args)}, "
+            f"{{{', '.join(args)}}}, {rules}, {str(nearest_ok).lower()}, "
+            f"{str(e.is_cublas).lower()}, {cpp_double(e.tflops, 'tflops')}, "
+            f"{cpp_double(e.cublas_tflops, 'cublas_tflops')}, {cpp_double(ratio, 'ratio')}, "
+            f"{cpp_int(e.trial_id, f'entries[{index}].trial_id', 64)}LL, "
+            f"{cpp_string(e.label)}, {cpp_string(e.reason or '')}}},  // [{index}]")
+
+
+def _cpp_evidence(table: DispatchTable) -> str:
+    index = {}
+    for i, e in enumerate(table.entries):
+        index.setdefault((e.M, e.N, e.K, e.dtype, e.layout), i)
+    rows = []
+    for j, v in enumerate(table.evidence):
+        i = index.get((*v.served_by, v.dtype, v.layout))
+        if i is None:
+            raise UserError(f"--format cpp: evidence[{j}] is served by no entry")
+        dims = ", ".join(cpp_int(x, f"evidence[{j}].{n}", 63) for n, x in zip("MNK", (v.M, v.N, v.K)))
+        rows.append(f"    {{{dims}, DType::{v.dtype}, {i}, {cpp_double(v.tflops, 'tflops')}, "
+                    f"{cpp_double(v.cublas_tflops, 'cublas_tflops')}, "
+                    f"{cpp_double(v.ratio, 'ratio')}}},  // evidence[{j}] ({v.rule})")
+    return "\n".join(rows) or "    {0, 0, 0, DType::bf16, -1, 0.0, 0.0, 0.0},  // none"
+
+
+def _knob_prelude(family: str) -> str:
+    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family."""
+    if family not in KNOBS_FROM_ARGS:
+        return ""
+    return "".join(f"  [[maybe_unused]] const int64_t {p.name} = e.args[{i + 1}];\n"
+                   for i, p in enumerate(FAMILIES[family].params))
+
+
+def render_cpp(table: DispatchTable) -> str:
+    """A self-contained C++17 header: the entries, their template arguments and lookup()."""
+    if not table.entries:
+        raise UserError("the dispatch table has no entries: nothing to write")
+    missing = sorted({e.family for e in table.entries} - set(CPP_FITS))
+    if missing:
+        raise UserError(f"--format cpp: no C++ validity rules for family {', '.join(missing)}")
+    device = table.device()
+    families = sorted(FAMILIES)
+    fp = table.fingerprint
+    name = str(fp.get("name", "mixed devices"))
+    cc = fp.get("cc")
+    cc_text = cpp_int(cc, "fingerprint.cc") if cc is not None else "0"
+    max_args = max(len(_template_args(e, i)) for i, e in enumerate(table.entries))
+    rows = "\n".join(_cpp_entry(e, i, FAMILIES[e.family].check(e.config, e.problem, device) is None)
+                     for i, e in enumerate(table.entries))
+    xmacro = " \\\n".join(
+        f"  X({i}, {e.family}, {FAMILIES[e.family].kernel}, {', '.join(_template_args(e, i))})"
+        for i, e in enumerate(table.entries))
+    fits = "\n\n".join(
+        f"inline bool fits_{f}(const Entry& e, int64_t M, int64_t N, int64_t K) {{\n"
+        f"{_knob_prelude(f)}{CPP_FITS[f]}\n}}" for f in families if f in CPP_FITS)
+    cases = "\n".join(f"    case Family::{f}: return detail::fits_{f}(e, M, N, K);"
+                      for f in families if f in CPP_FITS)
+    threshold = cpp_double(table.evidence_min_ratio, "evidence_min_ratio")
+    return f"""\
+// Generated by `tunefw export --format cpp`: the winners of a tuning study. Do not edit.
+// Device: {cpp_comment(name)} (cc {cc_text}){" -- SIMULATED: no real measurement" if table.simulated else ""}
+// Problems are C[M,N] = A[M,K] * B[N,K]^T (layout TN).
+//
+// tunefw::dispatch::lookup(M, N, K, dtype) answers like tunefw's Python DispatchTable.lookup
+// (tunefw/runtime/rules.py); nullptr means "use cuBLAS":
+//  1. exact: the entry of that shape; a cuBLAS-route entry (it measured below cuBLAS) -> nullptr.
+//  2. bucket: among the entries of the same layer (N, K, dtype) valid for the shape (cuBLAS-route
+//     entries count as valid), the smallest tuned M above the asked M, else the largest below;
+//     a cuBLAS-route entry -> nullptr.
+//  3. nearest: else the nearest kernel entry of the same dtype by sqrt(sum((log x - log
+//     x_entry)^2)) over M, N, K (ties: smaller M, then N, then K) valid for the shape.
+//  4. evidence: for rules 2 and 3, the measured shapes (kEvidence) served by the same entry with
+//     the same N, K: the shape's own measurement, else those next to it in M below and above;
+//     any ratio below kEvidenceMinRatio -> nullptr.
+// Shapes that are not tunable problems (M < 1, N or K not a positive multiple of 8) get nullptr.
+// TUNEFW_DISPATCH_FOR_EACH(X) expands X(index, family, kernel, template arguments...) per entry,
+// so an engine can instantiate every winner, e.g. kernel<template arguments...>.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace tunefw {{
+namespace dispatch {{
+
+enum class DType : int {{ bf16 = 0, fp16 = 1 }};
+enum class Family : int {{ {", ".join(f"{n} = {i}" for i, n in enumerate(families))} }};
+enum class Rule : int {{ none = 0, exact = 1, bucket = 2, nearest = 3 }};
+
+struct Entry {{
+  int64_t M, N, K;
+  DType dtype;
+  Family family;
+  const char* kernel;  // the instantiation, e.g. "gemm_wgmma_sm90<0, 128, ...>"
+  int num_args;
+  int args[{max_args}];  // its template arguments, in the kernel's order
+  int bm, bn, bk, split_k, cluster_m, cluster_n, persistent;  // what the validity rules read
+  bool nearest_ok;  // the config passed check() on its own shape: it may serve (any shape)
+  bool cublas_route;  // exported as a cuBLAS route: its winner measured below cuBLAS
+  double tflops, cublas_tflops, ratio;  // measured; -1.0: no cuBLAS figure
+  int64_t trial_id;
+  const char* label;  // the layer, e.g. "llama3_8b.qkv"
+  const char* reason;  // why a cuBLAS route ("" for kernel entries)
+}};
+
+struct Evidence {{  // a calibration measurement of a shape a non-exact rule serves
+  int64_t M, N, K;
+  DType dtype;
+  int entry;  // index of the entry that served it (-1: none, the placeholder row)
+  double tflops, cublas_tflops, ratio;
+}};
+
+inline constexpr bool kSimulated = {str(table.simulated).lower()};
+inline constexpr const char* kDeviceName = {cpp_string(name if "name" in fp else "mixed")};
+inline constexpr int kDeviceCC = {cc_text};
+inline constexpr double kEvidenceMinRatio = {threshold};
+inline constexpr int kNumEntries = {len(table.entries)};
+inline constexpr Entry kEntries[kNumEntries] = {{
+{rows}
+}};
+inline constexpr int kNumEvidence = {len(table.evidence)};
+inline constexpr Evidence kEvidence[{max(1, len(table.evidence))}] = {{
+{_cpp_evidence(table)}
+}};
+
+#define TUNEFW_DISPATCH_FOR_EACH(X) \\
+{xmacro}
+
+namespace detail {{
+inline constexpr int64_t kMaxGrid = 2147483647;
+inline constexpr int64_t kMaxWorkspaceBytes = {MAX_WORKSPACE_BYTES}LL;
+inline int64_t cdiv(int64_t a, int64_t b) {{ return (a + b - 1) / b; }}
+
+{fits}
+
+inline double log_distance(const Entry& e, int64_t M, int64_t N, int64_t K) {{
+  double sum = 0.0;
+  sum += std::pow(std::log(double(M)) - std::log(double(e.M)), 2.0);
+  sum += std::pow(std::log(double(N)) - std::log(double(e.N)), 2.0);
+  sum += std::pow(std::log(double(K)) - std::log(double(e.K)), 2.0);
+  return std::sqrt(sum);
+}}
+}}  // namespace detail
+
+// Whether entry e's config can run the shape (the shape-dependent part of check()).
+inline bool fits(const Entry& e, int64_t M, int64_t N, int64_t K) {{
+  switch (e.family) {{
+{cases}
+  }}
+  return false;
+}}
+
+// Rules 1-3: the index of the entry the table's rule picks (cuBLAS routes included), or -1.
+inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) {{
+  *rule = Rule::none;
+  for (int i = 0; i < kNumEntries; ++i) {{
+    const Entry& e = kEntries[i];
+    if (e.dtype == dtype && e.M == M && e.N == N && e.K == K && (e.cublas_route || e.nearest_ok)) {{
+      *rule = Rule::exact;
+      return i;
+    }}
+  }}
+  int above = -1, below = -1;
+  for (int i = 0; i < kNumEntries; ++i) {{
+    const Entry& e = kEntries[i];
+    if (e.dtype != dtype || e.N != N || e.K != K) continue;
+    if (!e.cublas_route && !(e.nearest_ok && fits(e, M, N, K))) continue;
+    if (e.M > M && (above < 0 || e.M < kEntries[above].M)) above = i;
+    if (e.M < M && (below < 0 || e.M > kEntries[below].M)) below = i;
+  }}
+  if (above >= 0 || below >= 0) {{
+    *rule = Rule::bucket;
+    return above >= 0 ? above : below;
+  }}
+  int best = -1;
+  double best_d = 0.0;
+  for (int i = 0; i < kNumEntries; ++i) {{
+    const Entry& e = kEntries[i];
+    if (e.dtype != dtype || e.cublas_route || !e.nearest_ok || !fits(e, M, N, K)) continue;
+    const double d = detail::log_distance(e, M, N, K);
+    const Entry* b = best < 0 ? nullptr : &kEntries[best];
+    if (b == nullptr || d < best_d ||
+        (d == best_d && (e.M < b->M || (e.M == b->M && (e.N < b->N ||
+                                          (e.N == b->N && e.K < b->K)))))) {{
+      best = i;
+      best_d = d;
+    }}
+  }}
+  if (best >= 0) *rule = Rule::nearest;
+  return best;
+}}
+
+// lookup() as an index into kEntries, -1 for cuBLAS.
+inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype) {{
+  if (M < 1 || N < 8 || K < 8 || N % 8 != 0 || K % 8 != 0) return -1;
+  Rule rule;
+  const int i = rule_index(M, N, K, dtype, &rule);
+  if (i < 0 || kEntries[i].cublas_route) return -1;
+  if (rule == Rule::exact) return i;
+  int below = -1, above = -1;  // rule 4: calibration evidence of the same entry and layer
+  for (int j = 0; j < kNumEvidence; ++j) {{
+    const Evidence& v = kEvidence[j];
+    if (v.entry != i || v.dtype != dtype || v.N != N || v.K != K) continue;
+    if (v.M == M) return v.ratio < kEvidenceMinRatio ? -1 : i;
+    if (v.M < M && (below < 0 || v.M > kEvidence[below].M)) below = j;
+    if (v.M > M && (above < 0 || v.M < kEvidence[above].M)) above = j;
+  }}
+  if (below >= 0 && kEvidence[below].ratio < kEvidenceMinRatio) return -1;
+  if (above >= 0 && kEvidence[above].ratio < kEvidenceMinRatio) return -1;
+  return i;
+}}
+
+// The entry for the shape, or nullptr: use cuBLAS.
+inline const Entry* lookup(int64_t M, int64_t N, int64_t K, DType dtype) {{
+  const int i = lookup_index(M, N, K, dtype);
+  return i < 0 ? nullptr : &kEntries[i];
+}}
+
+}}  // namespace dispatch
+}}  // namespace tunefw
+"""

@@ -1,0 +1,227 @@
+"""`tunefw bench`: the runtime path (Dispatcher.gemm) vs cuBLAS vs Triton, for every table entry.
+
+One process, the design.md method (tunefw.evaluate.method): verified against a float32
+reference before timing (output NaN-poisoned, cuBLAS's own error as the second bound), then
+screened with CUDA events and the L2 flushed between launches; kernels under ~20 us are timed
+as CUDA graphs of repeated launches, each path the same way. ``overhead_us`` is the host time
+of one ``Dispatcher.gemm`` call minus that of the raw launch it wraps (cuLaunchKernel with a
+prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated output).
+"""
+from __future__ import annotations
+
+import datetime
+import gc
+import math
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
+from tunefw.evaluate import method
+from tunefw.problem import GemmProblem
+from tunefw.roofline import figures, roofline, stream_read_tbs
+from tunefw.runtime.dispatch import DispatchTable
+from tunefw.runtime.dispatcher import Dispatcher
+from tunefw.runtime.plan import current_stream
+
+AGAINST = ("cublas", "triton")
+HOST_CALLS = 40  # calls per host-time burst
+HOST_SAMPLES = 25  # bursts of each path, alternating
+
+
+def triton_matmul() -> Callable | None:
+    """triton_ref.matmul when triton imports, else None."""
+    try:
+        from tunefw.measure.triton_ref import matmul
+    except ImportError:
+        return None
+    return matmul
+
+
+def host_us(call: Callable[[], object], calls: int = HOST_CALLS) -> float:
+    """Host microseconds per call over one burst of ``calls`` (the GPU is drained first)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def host_overhead_us(call: Callable[[], object], raw: Callable[[], object],
+                     samples: int = HOST_SAMPLES) -> float:
+    """Least host time per ``call`` minus least per ``raw``, bursts alternating so clock or load
+    drift hits both alike; the garbage collector is paused so it lands in neither."""
+    host_us(call, calls=10)  # warm
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        pairs = [(host_us(raw), host_us(call)) for _ in range(samples)]
+    finally:
+        if was_enabled:
+            gc.enable()
+        torch.cuda.synchronize()
+    return min(c for _, c in pairs) - min(r for r, _ in pairs)
+
+
+def _tflops(problem: GemmProblem, ms: float) -> float:
+    return problem.flops / (ms * 1e-3) / 1e12
+
+
+def time_paths(paths: dict[str, Callable[[], object]], flush: method.L2Flush,
+               rotations: Callable[[], dict[str, list[Callable[[], object]]]] | None = None
+               ) -> dict[str, method.Timing]:
+    """Screen every path; if the fastest runs under GRAPH_BELOW_MS, time all as CUDA graphs,
+    each cycling over ``rotations()``'s operand copies (as the sweep's evaluator does)."""
+    wait = torch.cuda.synchronize
+    timings = {name: method.screen(fn, flush, wait) for name, fn in paths.items()}
+    fastest = min(t.median_ms for t in timings.values())
+    if fastest >= method.GRAPH_BELOW_MS:
+        return timings
+    repeats = method.graph_repeats(fastest)
+    cycled = rotations() if rotations else {name: [fn] for name, fn in paths.items()}
+    return {name: method.screen(method.capture_graph(cycled[name], repeats), flush, wait,
+                                launches_per_sample=repeats) for name in paths}
+
+
+def verify_raw(plan, a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, dtype: str,
+               baseline: torch.Tensor) -> method.Verdict:
+    """The plan's kernel into a NaN-filled output, judged by method.verify."""
+    c = torch.full(plan.out_shape, float("nan"), dtype=a.dtype, device=a.device)
+    plan.launch(plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr()), current_stream(a.device.index))
+    torch.cuda.synchronize()
+    return method.verify(c, ref, dtype, baseline=baseline)
+
+
+def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor) -> float:
+    """Host time of dispatcher.gemm(a, b) minus that of its raw launch, in microseconds."""
+    plan = dispatcher.plan_for(a, b)
+    if plan is None:
+        scratch = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
+        raw = lambda: torch.mm(a, b.t(), out=scratch)  # noqa: E731
+    else:
+        c = a.new_empty(plan.out_shape)
+        params = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
+        stream = current_stream(a.device.index)
+        raw = lambda: plan.launch(params, stream)  # noqa: E731
+    return host_overhead_us(lambda: dispatcher.gemm(a, b), raw)
+
+
+def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: method.L2Flush,
+                triton: Callable | None) -> dict:
+    """One row: correctness of each path, then TFLOP/s of each, and the runtime's overhead."""
+    a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, seed, device="cuda")
+    ref = method.reference(a, b)
+    cublas_out = torch.mm(a, b.t())
+    out = dispatcher.gemm(a, b)  # builds the plan (compile or load) outside any timing
+    route = dispatcher.route_for(a, b)
+    verdict = method.verify(out, ref, problem.dtype, baseline=cublas_out)
+    plan = dispatcher.plan_for(a, b)
+    if plan is not None and verdict.ok:
+        verdict = verify_raw(plan, a, b, ref, problem.dtype, cublas_out)
+    scratch = torch.empty_like(cublas_out)
+    paths = {"tunefw": lambda: dispatcher.gemm(a, b), "cublas": lambda: torch.mm(a, b.t(), out=scratch)}
+    row: dict = {"family": route.entry.family if route.entry else "cublas", "dtype": problem.dtype,
+                 "M": problem.M, "N": problem.N, "K": problem.K,
+                 "config": route.entry.config if route.entry else None, "path": route.path,
+                 "entry": None if route.entry is None else [route.entry.M, route.entry.N, route.entry.K],
+                 "wrong": not verdict.ok, "rel_err": verdict.rel_err, "why": verdict.reason or None,
+                 "configs_checked": 1, "triton_tflops": None, "triton_ratio": None,
+                 "triton_wrong": None}
+    if triton is not None:
+        t_out = torch.empty_like(cublas_out)
+        triton(a, b, t_out)  # autotunes this shape
+        t_out.fill_(float("nan"))
+        triton(a, b, t_out)
+        row["triton_wrong"] = not method.verify(t_out, ref, problem.dtype, baseline=cublas_out).ok
+        paths["triton"] = lambda: triton(a, b, t_out)
+    def rotations() -> dict[str, list[Callable[[], object]]]:
+        """Every path over the same operand copies (A and B cloned; the first set is a, b)."""
+        per_copy = (a.numel() + b.numel()) * a.element_size()
+        sets = [(a, b)] + [(a.clone(), b.clone())
+                           for _ in range(method.rotation_copies(per_copy, flush.l2_bytes) - 1)]
+        cycled = {"tunefw": [lambda x=x, y=y: dispatcher.gemm(x, y) for x, y in sets],
+                  "cublas": [lambda x=x, y=y: torch.mm(x, y.t(), out=scratch) for x, y in sets]}
+        if "triton" in paths:
+            cycled["triton"] = [lambda x=x, y=y: triton(x, y, t_out) for x, y in sets]
+        return cycled
+
+    timings = time_paths(paths, flush, rotations)
+    row["tflops"] = _tflops(problem, timings["tunefw"].median_ms)
+    row["cublas_tflops"] = _tflops(problem, timings["cublas"].median_ms)
+    row["ratio"] = row["tflops"] / row["cublas_tflops"]
+    row["graph_launches"] = timings["tunefw"].launches_per_sample
+    if "triton" in timings:
+        row["triton_tflops"] = _tflops(problem, timings["triton"].median_ms)
+        row["triton_ratio"] = row["tflops"] / row["triton_tflops"]
+    row["overhead_us"] = overhead_us(dispatcher, a, b)
+    return row
+
+
+def add_roofline(row: dict, read_tbs: float, device: DeviceSpec) -> dict:
+    """Bytes, effective TB/s (tunefw and cuBLAS), their share of the measured read and the
+    ceiling that bounds the shape on ``device``."""
+    problem = GemmProblem(row["M"], row["N"], row["K"], row["dtype"])
+    mine, theirs = figures(problem, row["tflops"], read_tbs), figures(problem, row["cublas_tflops"], read_tbs)
+    row.update(mine, cublas_tbs=theirs["tbs"], cublas_frac_of_read=theirs["frac_of_read"],
+               bound=roofline(problem, device).bound)
+    return row
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def parse_against(text: str) -> tuple[str, ...]:
+    """'cublas,triton' -> the baselines asked for (cuBLAS is always timed: ratios need it)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in AGAINST]
+    if unknown:
+        raise UserError(f"--against {text!r}: expected a comma list of {', '.join(AGAINST)}")
+    return names
+
+
+def run_bench(table: DispatchTable, against: tuple[str, ...], *, cubin_dir=None, cache_dir=None,
+              progress: Callable[[dict], None] | None = None) -> dict:
+    """Bench every entry of the table on cuda:0; returns the result-file dict."""
+    if not torch.cuda.is_available():
+        raise UserError("tunefw bench needs a CUDA GPU (none is visible)")
+    from tunefw.evaluate.cuda import CudaEvaluator
+
+    evaluator = CudaEvaluator(0)  # the device fingerprint (NVML clocks, power) and float32 reference
+    dispatcher = Dispatcher(table, cubin_dir=cubin_dir, cache_dir=cache_dir)
+    triton = triton_matmul() if "triton" in against else None
+    flush = method.L2Flush(evaluator.device_spec().l2_bytes)
+    bandwidth = stream_read_tbs()  # what memory-bound rows are read against, this run
+    rows = []
+    for seed, entry in enumerate(table.entries):
+        row = add_roofline(bench_entry(dispatcher, entry.problem, seed, flush, triton),
+                           bandwidth["read_tbs_best"], evaluator.device_spec())
+        rows.append(row)
+        if progress:
+            progress(row)
+    fp = evaluator.fingerprint()
+    device = {k: fp.get(k) for k in ("name", "uuid", "driver", "cuda", "compiler",
+                                     "sm_clock_mhz", "power_limit_w", "cc", "sm_count")}
+    return {"script": "tunefw bench", "date": datetime.date.today().isoformat(), "device": device,
+            "simulated_table": table.simulated, "table_fingerprint": table.fingerprint,
+            "stream_read": bandwidth,
+            "triton": None if triton is None else {"version": _triton_version(),
+                                                   "configs": _triton_configs()},
+            "rows": rows,
+            "geomean": {"ratio": geomean([r["ratio"] for r in rows]),
+                        "triton_ratio": geomean([r["triton_ratio"] for r in rows])},
+            "max_overhead_us": max(r["overhead_us"] for r in rows)}
+
+
+def _triton_version() -> str:
+    import triton
+    return triton.__version__
+
+
+def _triton_configs() -> int:
+    from tunefw.measure.triton_ref import CONFIGS
+    return len(CONFIGS)

@@ -1,0 +1,2 @@
+"""Serving tuned kernels: the dispatch table and its rules, the Dispatcher, the torch
+op and patching."""

@@ -1,0 +1,277 @@
+"""Runtime dispatch: C = A @ B^T from a dispatch table's tuned kernels, else cuBLAS.
+
+``Dispatcher(path).gemm(a, b)`` takes a: MxK and b: NxK (TN, like ``F.linear`` without bias),
+picks the entry for the shape by the table's rules on this GPU (tunefw/runtime/rules.py:
+exact, bucket, nearest, calibration evidence, cuBLAS routes; then the first-call guard of
+tunefw/runtime/guard.py for non-exact routes), gets its kernel (compiled on first use through
+tunefw.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
+current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS
+routes, CPU tensors, other dtypes, non-contiguous or misaligned operands, shapes no entry can
+serve, a table tuned on another GPU model or compute capability, a SIMULATED table, a kernel
+that cannot be built.
+
+The hot path (a cached plan per shape, a cached argument buffer per operand triple) is
+tunefw/runtime/plan.py.
+
+Shipped cubins (``cubin_dir``), as written by tunefw.runtime.shipped.ship_cubins::
+
+    cubin_dir/manifest.json  {"format": 1, "arch": "sm_90a",
+                              "kernels": {"<name expression>": {"file": "<cache key>.cubin",
+                                                                "lowered_name": "<mangled>"}}}
+    cubin_dir/<cache key>.cubin
+
+The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``) names the instantiation; a cubin is
+used only when the manifest's arch equals this GPU's; a kernel missing from the manifest is
+compiled (and a compile that fails sends its shapes to cuBLAS).
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
+from tunefw.problem import GemmProblem
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
+from tunefw.runtime.guard import Guard, Timer
+from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
+from tunefw.runtime.rules import Route, shape as _shape
+from tunefw.runtime.shipped import read_manifest
+from tunefw.templates import FAMILIES
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """'bf16' / 'fp16' for torch dtypes and names; other dtypes as torch spells them."""
+    if isinstance(dtype, torch.dtype):
+        return TORCH_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+    return dtype
+
+
+def live_spec(index: int) -> DeviceSpec:
+    """The limits of CUDA device ``index`` as the driver reports them."""
+    from tunefw.cuda import driver
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return driver.device_spec(driver.device(index), torch.cuda.get_device_name(index),
+                              major * 10 + minor)
+
+
+def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
+    """Why the table's kernels must not run on ``gpu`` (SIMULATED, other model or arch), or None."""
+    if table.simulated:
+        return "the dispatch table is SIMULATED (tuned on a modeled device)"
+    fps = table.fingerprint.get("mixed") or [table.fingerprint]
+    for fp in fps:
+        name, cc = fp.get("name"), fp.get("cc")
+        if (name, cc) != (gpu.name, gpu.cc):
+            return f"the dispatch table was tuned on {name} (cc {cc}), this GPU is {gpu.name} (cc {gpu.cc})"
+    return None
+
+
+class Dispatcher:
+    """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
+
+    def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
+                 cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None,
+                 guard: bool | None = None, guard_timer: Timer | None = None,
+                 guard_cache: str | Path | bool | None = None) -> None:
+        """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's.
+        ``guard``/``guard_timer``/``guard_cache``: the first-call guard (runtime/guard.py)."""
+        self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
+        self.cubin_dir = Path(cubin_dir) if cubin_dir else None
+        self.cache_dir = cache_dir
+        self._manifest = read_manifest(self.cubin_dir) if self.cubin_dir else None
+        self._gpu = gpu
+        self._lock = threading.RLock()
+        self._plans: dict[tuple, Plan | None] = {}
+        self._routes: dict[tuple, Route] = {}
+        self._devices: dict[int | None, DeviceState] = {}
+        self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
+        self._warned: set[str] = set()
+        self._guard = Guard(self.table, guard, guard_timer, guard_cache)
+
+    # ---- the hot path ------------------------------------------------------------------------
+    def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """C = a @ b.T by the tuned kernel for the shape, else torch.matmul(a, b.t())."""
+        # The key holds both devices, so a plan exists only for operands on one device.
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+        plan = self._plans.get(key, False)
+        if plan is False:
+            plan = self._resolve(key, a, b)
+        c = plan(a, b) if plan is not None else None
+        return torch.matmul(a, b.t()) if c is None else c
+
+    def route_for(self, a: torch.Tensor, b: torch.Tensor) -> Route:
+        """The route gemm(a, b) takes for these very tensors (layout and placement included)."""
+        if not (a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype):
+            return Route("cublas", None, "not a 2-D CUDA GEMM of one dtype")
+        route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+        if route.entry is not None and self.plan_for(a, b) is None:  # its kernel failed to build
+            route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+        if route.entry is not None and not _servable(a, b):
+            return Route("cublas", None, "operands are not contiguous, 16-byte aligned and on one device")
+        return route
+
+    def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
+        """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
+        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+        plan = self._plans.get(key, False)
+        return self._resolve(key, a, b) if plan is False else plan
+
+    # ---- choosing ----------------------------------------------------------------------------
+    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
+        """Build (once, under the lock) the plan for a key; None means torch.matmul."""
+        with self._lock:
+            if key in self._plans:
+                return self._plans[key]
+            plan = None
+            if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
+                    and a.dtype == b.dtype and a.get_device() == b.get_device():
+                route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
+                if route.entry is not None:
+                    plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    if plan is not None and _servable(a, b):
+                        plan = self._first_call(route, plan, a, b, self._devices[a.get_device()])
+            self._plans[key] = plan
+            return plan
+
+    def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
+              device: int | None = None) -> Route:
+        """Which path serves (M, N, K, dtype) on CUDA device ``device`` (default: the current one)."""
+        name = dtype_name(dtype)
+        with self._lock:
+            dev = self._device(device)
+            key = (M, N, K, name, dev.index if dev else None)
+            if key not in self._routes:
+                self._routes[key] = self._route(M, N, K, name, dev)
+            route = self._routes[key]
+            if route.entry is not None:
+                reason = self._failed.get(self._name(route.entry))
+                if reason:
+                    return Route("cublas", None, f"the kernel of the {route.path} entry "
+                                                 f"{_shape(route.entry)} is unavailable: {reason}")
+                route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
+            return route
+
+    def _first_call(self, route: Route, plan: Plan, a: torch.Tensor, b: torch.Tensor,
+                    dev: DeviceState) -> Plan | None:
+        """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
+        decided = self._guard.first_call(route, plan.problem, dev.spec, lambda: plan(a, b),
+                                         lambda: torch.matmul(a, b.t()))
+        return plan if decided.entry is not None else None
+
+    def _route(self, M: int, N: int, K: int, dtype: str, dev: DeviceState | None) -> Route:
+        if dev is None:
+            return Route("cublas", None, "no CUDA device")
+        if dev.refusal:
+            return Route("cublas", None, dev.refusal)
+        try:
+            problem = GemmProblem(M, N, K, dtype)
+        except UserError as exc:
+            return Route("cublas", None, f"not a tunable problem: {exc}")
+        route = self.table.decide(problem, dev.spec)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+
+    def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
+                device: int | None = None) -> str:
+        """One line: the path serving the shape (exact / bucket / nearest / calibrated / cublas),
+        the rule, its entry and the measured ratio behind it."""
+        with self._lock:
+            live = self._device(device)
+        if live is None:  # no CUDA here: what the table's rules answer on its own device
+            route, note = self.preview(M, N, K, dtype), f" [preview for {self._table_device()}]"
+        else:
+            route, note = self.route(M, N, K, dtype, device), ""
+            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{dtype_name(dtype)}:TN")
+            note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
+        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
+
+    def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:
+        """The route by the table's rules on the device it was tuned on (needs no CUDA)."""
+        try:
+            problem = GemmProblem(M, N, K, dtype_name(dtype))
+        except UserError as exc:
+            return Route("cublas", None, f"not a tunable problem: {exc}")
+        route = self.table.decide(problem)
+        if route.entry is None:
+            return route
+        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+
+    def _table_device(self) -> str:
+        name = self.table.fingerprint.get("name") or self.table.device().name
+        return f"{name}, the table's device" + (" (SIMULATED table)" if self.table.simulated else "")
+
+    def _device(self, index: int | None) -> DeviceState | None:
+        """The device state (probed once; warns once when the table must not run there)."""
+        if index is None or index < 0:
+            if self._gpu is None and not torch.cuda.is_available():
+                return None
+            index = torch.cuda.current_device() if torch.cuda.is_available() else None
+        if index not in self._devices:
+            spec = self._gpu or live_spec(index)
+            refusal = fingerprint_mismatch(self.table, spec)
+            if refusal:
+                self._warn(f"tunefw: {refusal}: every GEMM uses cuBLAS (torch.matmul)")
+            self._devices[index] = DeviceState(spec, refusal, index)
+        return self._devices[index]
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    # ---- kernels -----------------------------------------------------------------------------
+    @staticmethod
+    def _name(entry: DispatchEntry) -> str:
+        return FAMILIES[entry.family].name_expression(entry.config, entry.dtype)
+
+    def _source(self, entry: DispatchEntry) -> str:
+        """Where the entry's kernel comes from, in words."""
+        name = self._name(entry)
+        if self._manifest and name in self._manifest["kernels"]:
+            return f"kernel {name} from {self.cubin_dir}"
+        return f"kernel {name} compiled on first use"
+
+    def _kernel(self, entry: DispatchEntry, arch: str) -> tuple[str, bytes, str]:
+        """(cache key, cubin, lowered name) from the cubin directory, else from the compiler."""
+        name = self._name(entry)
+        shipped = (self._manifest or {}).get("kernels", {}).get(name)
+        if shipped and self._manifest["arch"] == arch:
+            return shipped["file"], (self.cubin_dir / shipped["file"]).read_bytes(), shipped["lowered_name"]
+        from tunefw.compiler import compile_kernel
+        result = compile_kernel(FAMILIES[entry.family], entry.config, entry.dtype, arch,
+                                cache_dir=self.cache_dir)
+        if not result.ok:
+            raise UserError(f"{result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
+        return result.key, result.cubin, result.lowered_name
+
+    def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> Plan | None:
+        """Load or compile the entry's kernel for this shape; a failure sends it to cuBLAS."""
+        from tunefw.cuda.driver import CudaFailure
+
+        dev = self._devices[index]
+        problem = GemmProblem(M, N, K, entry.dtype)
+        template = FAMILIES[entry.family]
+        launch = template.launch(entry.config, problem, dev.spec)
+        try:
+            key, cubin, lowered = self._kernel(entry, dev.spec.arch)
+            function = dev.function(key, cubin, lowered, launch)
+        except (UserError, CudaFailure, OSError) as exc:
+            name = self._name(entry)
+            self._failed[name] = str(exc)
+            self._warn(f"tunefw: kernel {name} unavailable ({exc}): its shapes use cuBLAS")
+            return None
+        return Plan(template, entry, problem, launch, function, dev.context,
+                     torch.device("cuda", index))
+
+
+def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Operands a kernel can read: contiguous, 16-byte aligned, on one device."""
+    return (a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) % ALIGN
+            and a.get_device() == b.get_device())

@@ -1,0 +1,215 @@
+"""The first-call guard: a non-exact route is timed against cuBLAS before it is trusted.
+
+The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves
+times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, a few
+ms at most) and keeps the faster. The decision is remembered for the process and in a small
+persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint and the shape, so a
+changed table or another GPU never reuses it. Under CUDA-graph capture or torch.compile tracing
+nothing is timed: a stored decision is used if there is one, else the table's rule.
+
+Off with ``Dispatcher(..., guard=False)`` or ``TUNEFW_GUARD=0``; the cache file is
+``$TUNEFW_CACHE_DIR/guard.json`` (default ``~/.cache/tunefw/guard.json``) unless
+``guard_cache=PATH`` (``False``: process memory only).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tunefw.device import DeviceSpec
+from tunefw.runtime.dispatch import DispatchTable
+
+# (kernel launch, cuBLAS launch) -> (kernel ms, cuBLAS ms), medians of interleaved launches
+Timer = Callable[[Callable[[], object], Callable[[], object]], tuple[float, float]]
+CACHE_FORMAT = 1
+MAX_DECISIONS = 100000
+ENV = "TUNEFW_GUARD"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A guard's verdict for one shape: keep the kernel or use cuBLAS, and the measured ratio."""
+
+    kernel: bool
+    ratio: float
+    kernel_ms: float
+    cublas_ms: float
+
+
+def table_hash(table: DispatchTable) -> str:
+    """A hash of everything in the table that decides a route."""
+    text = json.dumps(table.as_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def gpu_key(gpu: DeviceSpec) -> str:
+    """The GPU's fingerprint as a key: model, compute capability and limits."""
+    return hashlib.sha256(json.dumps(gpu.as_dict(), sort_keys=True).encode()).hexdigest()[:20]
+
+
+def enabled_by_env() -> bool:
+    """False when $TUNEFW_GUARD turns the guard off (0, false, no, off)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def default_cache_path() -> Path:
+    """$TUNEFW_CACHE_DIR/guard.json, default ~/.cache/tunefw/guard.json."""
+    root = os.environ.get("TUNEFW_CACHE_DIR") or Path.home() / ".cache" / "tunefw"
+    return Path(root) / "guard.json"
+
+
+def capturing() -> bool:
+    """Whether timing is forbidden now: CUDA-graph capture or torch.compile tracing."""
+    import torch
+
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if compiling is not None and compiling():
+        return True
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+class DecisionCache:
+    """Decisions by (table hash, GPU key, shape key), in memory and in a JSON file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._data: dict[str, dict] | None = None
+
+    @staticmethod
+    def key(table: str, gpu: str, shape: str) -> str:
+        """The cache key of one shape's decision for one table on one GPU."""
+        return f"{table}/{gpu}/{shape}"
+
+    def _load(self) -> dict[str, dict]:
+        if self._data is None:
+            self._data = {}
+            if self.path is not None:
+                try:
+                    raw = json.loads(self.path.read_text())
+                    if isinstance(raw, dict) and raw.get("format") == CACHE_FORMAT \
+                            and isinstance(raw.get("decisions"), dict):
+                        self._data = raw["decisions"]
+                except (OSError, ValueError, RecursionError):
+                    pass  # a missing or broken cache is an empty one
+        return self._data
+
+    def get(self, key: str) -> Decision | None:
+        """The stored decision, or None (also for a malformed record)."""
+        with self._lock:
+            raw = self._load().get(key)
+        try:
+            return Decision(bool(raw["kernel"]), float(raw["ratio"]), float(raw["kernel_ms"]),
+                            float(raw["cublas_ms"])) if isinstance(raw, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, key: str, decision: Decision) -> None:
+        """Remember a decision, and write the file whole (a failed write keeps it in memory)."""
+        with self._lock:
+            data = self._load()
+            if len(data) >= MAX_DECISIONS:
+                data.clear()
+            data[key] = {"kernel": decision.kernel, "ratio": decision.ratio,
+                         "kernel_ms": decision.kernel_ms, "cublas_ms": decision.cublas_ms}
+            if self.path is None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"format": CACHE_FORMAT, "decisions": data}))
+                tmp.replace(self.path)
+            except OSError:
+                pass  # an unwritable cache only costs a re-measurement next process
+
+
+def decide(timer: Timer, kernel: Callable[[], object], cublas: Callable[[], object],
+           min_ratio: float = 1.0) -> Decision:
+    """Time both on the same operands; keep the kernel only if its ratio reaches ``min_ratio``."""
+    kernel_ms, cublas_ms = timer(kernel, cublas)
+    ratio = cublas_ms / kernel_ms if kernel_ms > 0 else 0.0
+    return Decision(ratio >= min_ratio, ratio, kernel_ms, cublas_ms)
+
+
+def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
+    """Interleaved CUDA-event timing (L2 flushed before each launch) within about ``budget_ms``."""
+    import torch
+
+    from tunefw.evaluate import method
+
+    flush = method.L2Flush(l2_bytes)
+
+    def timer(kernel: Callable[[], object], cublas: Callable[[], object]) -> tuple[float, float]:
+        first = method.time_each([kernel, cublas], flush, torch.cuda.synchronize)
+        pairs = max(3, min(10, int(budget_ms / max(sum(first), 1e-3))))
+        times = method.time_each([kernel, cublas] * pairs, flush, torch.cuda.synchronize)
+        return statistics.median(times[0::2]), statistics.median(times[1::2])
+
+    return timer
+
+
+class Guard:
+    """A Dispatcher's guard: stored decisions, first-call timing, capture-time notes."""
+
+    def __init__(self, table: DispatchTable, enabled: bool | None = None, timer: Timer | None = None,
+                 cache: str | Path | bool | None = None) -> None:
+        self.table, self.timer = table, timer
+        self.enabled = enabled_by_env() if enabled is None else bool(enabled)
+        path = None if cache is False else Path(cache) if cache not in (None, True) else default_cache_path()
+        self.cache = DecisionCache(path)
+        self.hash = table_hash(table)
+        self.untimed: dict[str, str] = {}  # shape key -> why it was not timed
+
+    def applies(self, route, problem) -> bool:
+        """Whether the route needs the guard: a kernel served by a non-exact rule that has no
+        measurement of this very shape."""
+        from tunefw.runtime.rules import evidence_for
+
+        if not self.enabled or route.entry is None or route.path not in ("bucket", "nearest", "calibrated"):
+            return False
+        points = evidence_for(self.table, route.entry, problem)
+        return not (len(points) == 1 and points[0].M == problem.M)
+
+    def _key(self, problem, gpu: DeviceSpec) -> str:
+        return DecisionCache.key(self.hash, gpu_key(gpu), problem.key())
+
+    def stored(self, route, problem, gpu: DeviceSpec):
+        """The route with a stored decision applied (unchanged when there is none)."""
+        if not self.applies(route, problem):
+            return route
+        decision = self.cache.get(self._key(problem, gpu))
+        return route if decision is None else self._route(route, decision)
+
+    def first_call(self, route, problem, gpu: DeviceSpec, kernel: Callable[[], object],
+                   cublas: Callable[[], object]):
+        """Time the route's kernel against cuBLAS (unless capturing) and return the decided route."""
+        if not self.applies(route, problem):
+            return route
+        if capturing():
+            self.untimed[problem.key()] = ("first seen during CUDA-graph capture or torch.compile "
+                                           "tracing: the table's rule, not timed")
+            return route
+        timer = self.timer or cuda_timer(gpu.l2_bytes)
+        decision = decide(timer, kernel, cublas, self.table.evidence_min_ratio)
+        self.cache.put(self._key(problem, gpu), decision)
+        return self._route(route, decision)
+
+    @staticmethod
+    def _route(route, decision: Decision):
+        from dataclasses import replace
+
+        from tunefw.runtime.rules import Route, shape
+
+        what = f"the {route.rule} entry {shape(route.entry)}"
+        measured = f"first-call guard measured {decision.ratio:.3f}x cuBLAS on this shape"
+        if decision.kernel:
+            return replace(route, path="guarded", ratio=decision.ratio,
+                           reason=f"{measured}: kept {what}; {route.reason}")
+        return Route("cublas", None, f"{measured} for {what}: cuBLAS is faster", route.rule,
+                     route.entry, decision.ratio)

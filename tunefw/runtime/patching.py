@@ -1,0 +1,111 @@
+"""Serve a model's linear layers by tunefw: ``tunefw.patch(model)`` and ``tunefw.unpatch(model)``.
+
+(Named ``patching`` so that importing it never shadows the function ``tunefw.patch``.)
+
+``patch`` turns every eligible ``nn.Linear`` into a ``tunefw.Linear`` in place, by changing the
+module's class: the module object, its parameters (weight, bias, dtype, device,
+requires_grad), its hooks and buffers and therefore its state_dict keys stay what they were,
+and a module registered under two names (tied) is patched once. Eligible: a module whose type is
+exactly ``nn.Linear`` (a subclass has its own forward: quantized and adapter layers are left
+alone), with a bf16 or fp16 weight, N and K multiples of 8, whose forward is not replaced on the
+instance, and that ``include`` / ``exclude`` (glob patterns on module names) allow.
+``unpatch`` turns every ``tunefw.Linear`` back into a plain ``nn.Linear``, same parameters.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+from tunefw.problem import DTYPES
+from tunefw.runtime.ops import Linear, set_dispatch
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass
+class PatchReport:
+    """Which layers ``patch`` swapped, which were already tunefw's, and why the others were not."""
+
+    swapped: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # module name -> reason
+
+    def __str__(self) -> str:
+        lines = [f"tunefw.patch: {len(self.swapped)} layer(s) swapped, {len(self.already)} already "
+                 f"tunefw.Linear, {len(self.skipped)} skipped"]
+        lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def _patterns(value: str | Iterable[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def why_not(module: torch.nn.Module) -> str | None:
+    """Why ``module`` cannot be served as a tunefw.Linear, or None when it can."""
+    if type(module) is not torch.nn.Linear:
+        return f"{type(module).__name__} is a subclass of nn.Linear with its own forward"
+    if "forward" in vars(module):
+        return "its forward is replaced on the instance (a hook wraps it)"
+    dtype = module.weight.dtype
+    if _DTYPES.get(dtype) not in DTYPES:
+        return f"dtype {str(dtype).removeprefix('torch.')} (tunefw kernels are bf16 or fp16)"
+    bad = [f"{f}={v}" for f, v in (("N", module.out_features), ("K", module.in_features)) if v % 8]
+    if bad:
+        return f"{' and '.join(bad)} not a multiple of 8"
+    return None
+
+
+def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[str] | None = None,
+          exclude: str | Iterable[str] | None = None) -> PatchReport:
+    """Swap every eligible nn.Linear of ``model`` for tunefw.Linear in place; see the module doc.
+
+    ``dispatcher``: a Dispatcher, a DispatchTable or a dispatch.json path made the process-wide
+    one (tunefw::gemm serves one table per process); None keeps the current one.
+    ``include`` / ``exclude``: glob patterns on module names (``"*.mlp.*"``, ``"lm_head"``).
+    """
+    if dispatcher is not None:
+        set_dispatch(dispatcher)
+    include_p, exclude_p = _patterns(include), _patterns(exclude)
+    report = PatchReport()
+    seen: set[int] = set()
+    for name, module in model.named_modules():  # a module registered twice is visited once
+        if not isinstance(module, torch.nn.Linear) or id(module) in seen:
+            continue
+        seen.add(id(module))
+        if type(module) is Linear:
+            report.already.append(name)
+            continue
+        if include_p is not None and not _matches(name, include_p):
+            report.skipped[name] = "not included"
+            continue
+        if exclude_p and _matches(name, exclude_p):
+            report.skipped[name] = "excluded"
+            continue
+        reason = why_not(module)
+        if reason:
+            report.skipped[name] = reason
+            continue
+        module.__class__ = Linear  # same object: parameters, hooks, state_dict keys unchanged
+        report.swapped.append(name)
+    return report
+
+
+def unpatch(model: torch.nn.Module) -> list[str]:
+    """Turn every tunefw.Linear of ``model`` back into a plain nn.Linear; returns their names."""
+    restored = []
+    for name, module in model.named_modules():
+        if type(module) is Linear:
+            module.__class__ = torch.nn.Linear
+            restored.append(name)
+    return restored
+

@@ -1,0 +1,150 @@
+"""The runtime's hot path: a Plan is one (entry, shape, device) with its loaded kernel, launch
+geometry, split-K workspace and argument buffers; DeviceState is one CUDA device's context and
+loaded modules.
+
+Hot path: per (shape, dtype, device) the chosen plan is cached; per plan the kernel argument
+buffer (cuLaunchKernel's ``void**``) is cached per (a, b, c) address triple, so a call costs
+the output allocation (torch's caching allocator), the operands' alignment and contiguity
+checks, a few dict lookups and the launch. The split-K workspace is allocated and zeroed once
+per plan (the kernels reset their own counters), so after the first call of a shape a call
+allocates only C and never synchronizes: it can be captured in a CUDA graph. One plan's
+workspace is shared: do not run the same split-K shape concurrently on two streams.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.runtime.dispatch import DispatchEntry
+from tunefw.templates.base import KernelTemplate, Launch
+
+ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
+TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
+
+
+def _raw_stream_getter():
+    """A fast current-stream function (index -> cudaStream_t as int)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+current_stream = _raw_stream_getter()
+
+
+def pack(args: list[tuple[Any, Any]]) -> tuple[int, tuple]:
+    """cuLaunchKernel's ``void**`` for kernel_args() values: its address and what keeps it alive."""
+    slots, keep = [], []
+    for value, kind in args:
+        if kind is None:  # a driver object (CUtensorMap): the kernel reads its own storage
+            slots.append(value.getPtr())
+            keep.append(value)
+        else:
+            boxed = kind(value)
+            slots.append(ctypes.addressof(boxed))
+            keep.append(boxed)
+    array = (ctypes.c_void_p * len(slots))(*slots)
+    return ctypes.addressof(array), (array, *keep)
+
+
+class Plan:
+    """One (entry, shape, device): the loaded kernel, its geometry, workspace and argument buffers."""
+
+    def __init__(self, template: KernelTemplate, entry: DispatchEntry, problem: GemmProblem,
+                 launch: Launch, function: Any, context: Any, device: torch.device) -> None:
+        from cuda.bindings import driver as cu
+        from tunefw.cuda import driver
+
+        self._cu, self._driver = cu, driver  # the hot launch calls cuda.bindings directly
+        self.template, self.entry, self.problem, self.launch_geometry = template, entry, problem, launch
+        self.function, self.context, self.index = function, context, device.index
+        self.out_shape = self._m, self._n = problem.M, problem.N
+        self._out_dtype = {v: k for k, v in TORCH_DTYPES.items()}[problem.dtype]
+        self._device = device
+        self.workspace = (torch.zeros(launch.workspace_bytes, dtype=torch.uint8, device=device)
+                          if launch.workspace_bytes else None)
+        self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
+        self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
+        self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
+        self._configs: dict[int, Any] = {}  # cluster launches: CUlaunchConfig per stream
+
+    def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
+        """The argument buffer's address for these operands (built once per address triple)."""
+        key = (a_ptr, b_ptr, c_ptr)
+        packed = self._args.get(key)
+        if packed is None:
+            ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
+            packed = pack(self.template.kernel_args(self.entry.config, self.problem, ptrs))
+            if len(self._args) >= ARG_SETS_KEPT:
+                self._args.clear()
+            self._args[key] = packed
+        return packed[0]
+
+    def _cluster_config(self, stream: int) -> Any:
+        config = self._configs.get(stream)
+        if config is None:
+            config = self._configs[stream] = self._driver.cluster_config(self.launch_geometry, stream)
+        return config
+
+    def launch(self, params: int, stream: int) -> None:
+        """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
+        if self.launch_geometry.cluster == (1, 1, 1):
+            (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+        else:
+            (err,) = self._cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
+        if err != self._cu.CUresult.CUDA_SUCCESS:
+            self._retry(err, params, stream)
+
+    def _retry(self, err: Any, params: int, stream: int) -> None:
+        """A thread without this device's context current: set it and launch again, once."""
+        d = self._driver
+        if err in d.NO_CONTEXT_ERRORS:
+            d.set_current(self.context)
+            err = d.launch_raw(self.function, self.launch_geometry, params, stream,
+                               self._cluster_config(stream) if self.launch_geometry.cluster != (1, 1, 1) else None)
+        if err != d.E.CUDA_SUCCESS:
+            raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
+                                               f"{self.problem.key()}")
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+        """C for operands of this plan's shape, or None when the kernel cannot read them
+        (misaligned or not contiguous): the caller then uses torch.matmul."""
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
+            return None
+        # Sizes as separate ints: parsing them costs less than a shape tuple, on the hot path.
+        c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
+        c_ptr = c.data_ptr()
+        packed = self._args.get((a_ptr, b_ptr, c_ptr))
+        params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)
+        self.launch(params, current_stream(self.index))
+        return c
+
+
+class DeviceState:
+    """Per CUDA device: its limits, why tuned kernels are refused (or None), loaded modules."""
+
+    def __init__(self, spec: DeviceSpec, refusal: str | None, index: int | None) -> None:
+        self.spec, self.refusal, self.index = spec, refusal, index
+        self.context: Any = None
+        self.functions: dict[str, Any] = {}  # cubin key -> CUfunction
+        self.modules: list[Any] = []
+
+    def function(self, key: str, cubin: bytes, lowered_name: str, launch: Launch) -> Any:
+        """The kernel (module loaded once per cubin) with its launch attributes set."""
+        from tunefw.cuda import driver
+
+        if self.context is None:
+            torch.empty(1, device=torch.device("cuda", self.index))  # creates the primary context
+            self.context = driver.primary_context(driver.device(self.index))
+        driver.set_current(self.context)
+        if key not in self.functions:
+            module, self.functions[key] = driver.load(cubin, lowered_name)
+            self.modules.append(module)
+        function = self.functions[key]
+        driver.configure(function, launch)
+        return function

@@ -1,0 +1,140 @@
+"""The serving rules of a dispatch table, in one place (the C++ header's lookup() mirrors them).
+
+For a problem (M, N, K, dtype, layout) on the table's device:
+
+1. **exact**: the entry of that very shape, if its config passes check() for it (a table
+   edited by hand, or made for another device, can hold one that does not: it serves nothing).
+   A cuBLAS-route entry (its winner measured below cuBLAS at export) answers cuBLAS.
+2. **bucket**: the entries of the same layer (same N, K, dtype, layout) form M buckets. The
+   problem takes the entry at the smallest tuned M above the asked M whose config passes the
+   family's check() for the asked shape; if no tuned M above is valid, the largest valid tuned
+   M below. cuBLAS-route entries count as valid (cuBLAS runs anything) and answer cuBLAS.
+3. **nearest**: a layer with no usable entry takes the nearest kernel entry of the same dtype
+   and layout by log distance over (M, N, K) whose config passes check() (ties: smaller M, N,
+   K). cuBLAS-route entries are never used here.
+4. **calibration evidence** (non-exact rules only): the table's measured shapes served by the
+   same entry with the same (N, K). A measured shape takes its own verdict; another M takes the
+   verdict of the measured Ms next to it below and above: if either measured below
+   ``evidence_min_ratio`` the shape is served by cuBLAS, else by the entry ('calibrated').
+5. Nothing found: cuBLAS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates import FAMILIES
+
+if TYPE_CHECKING:  # dispatch.py's table calls decide(): the types only, no import cycle
+    from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
+
+PATHS = ("exact", "bucket", "nearest", "calibrated", "guarded", "cublas")
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one shape is served: ``path`` (one of PATHS), the entry whose kernel runs (None:
+    cuBLAS), why; the table ``rule`` that chose ``donor`` and the measured ``ratio`` behind it."""
+
+    path: str
+    entry: DispatchEntry | None
+    reason: str
+    rule: str = ""
+    donor: DispatchEntry | None = None
+    ratio: float | None = None
+
+
+def shape(e: DispatchEntry | Evidence | GemmProblem) -> str:
+    """'MxNxK' of an entry, evidence item or problem."""
+    return f"{e.M}x{e.N}x{e.K}"
+
+
+def _valid(e: DispatchEntry, problem: GemmProblem, device: DeviceSpec) -> bool:
+    return FAMILIES[e.family].check(e.config, problem, device) is None
+
+
+def table_rule(table: DispatchTable, problem: GemmProblem,
+               device: DeviceSpec) -> tuple[str, DispatchEntry | None, str]:
+    """(rule, entry, how) by rules 1-3: 'exact' | 'bucket' | 'nearest', or ('', None, '')."""
+    same = [e for e in table.entries if e.dtype == problem.dtype and e.layout == problem.layout]
+    for e in same:
+        if (e.M, e.N, e.K) == (problem.M, problem.N, problem.K) and (
+                e.is_cublas or _valid(e, problem, device)):
+            return "exact", e, "its own entry"
+    layer = [e for e in same if (e.N, e.K) == (problem.N, problem.K)
+             and (e.is_cublas or _valid(e, problem, device))]
+    above = [e for e in layer if e.M > problem.M]
+    if above:
+        e = min(above, key=lambda e: e.M)
+        return "bucket", e, f"the smallest tuned M above {problem.M} valid here"
+    if layer:
+        e = max(layer, key=lambda e: e.M)
+        none = "none above is valid here" if any(
+            (x.N, x.K) == (problem.N, problem.K) and x.M > problem.M for x in same) else "no tuned M above"
+        return "bucket", e, f"the largest tuned M below {problem.M} ({none})"
+    for e in sorted((e for e in same if not e.is_cublas),
+                    key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K)):
+        if _valid(e, problem, device):
+            return "nearest", e, (f"the closest whose config is valid here (log distance "
+                                  f"{problem.log_distance(e.problem):.3f})")
+    return "", None, ""
+
+
+def evidence_for(table: DispatchTable, donor: DispatchEntry,
+                 problem: GemmProblem) -> list[Evidence]:
+    """The measured shapes that decide a non-exact problem served by ``donor`` (rule 4)."""
+    series = [v for v in table.evidence
+              if v.served_by == (donor.M, donor.N, donor.K) and v.dtype == donor.dtype
+              and v.layout == donor.layout and (v.N, v.K) == (problem.N, problem.K)]
+    for v in series:
+        if v.M == problem.M:
+            return [v]
+    below = [v for v in series if v.M < problem.M]
+    above = [v for v in series if v.M > problem.M]
+    picked = []
+    if below:
+        picked.append(max(below, key=lambda v: v.M))  # max/min keep the first of equal Ms
+    if above:
+        picked.append(min(above, key=lambda v: v.M))
+    return picked
+
+
+def _measured(points: list[Evidence]) -> str:
+    return ", ".join(f"{v.ratio:.3f}x at M={v.M}" for v in points)
+
+
+def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> Route:
+    """The route for a problem by the table's rules (the module docstring)."""
+    rule, e, how = table_rule(table, problem, device)
+    if e is None:
+        return Route("cublas", None, _no_entry(table, problem, device))
+    what = f"entry {shape(e)}" + (f" ({e.label})" if e.label else "")
+    if e.is_cublas:
+        why = "its own entry is" if rule == "exact" else f"{rule} {what}, {how}, is"
+        return Route("cublas", None, f"{why} a cuBLAS route: {e.reason or 'lost to cuBLAS'}",
+                     rule, e, e.ratio)
+    tag = f"{e.family}, trial {e.trial_id}"
+    if rule == "exact":
+        ratio = f", {e.ratio:.3f}x cuBLAS" if e.ratio is not None else ""
+        return Route("exact", e, f"its own entry ({tag}{ratio})", rule, e, e.ratio)
+    points = evidence_for(table, e, problem)
+    if not points:
+        return Route(rule, e, f"{what}, {how} ({tag}); no calibration evidence", rule, e)
+    worst = min(points, key=lambda v: v.ratio)
+    if worst.ratio < table.evidence_min_ratio:
+        return Route("cublas", None, f"calibration measured {_measured(points)} for the {rule} "
+                                     f"{what} (< {table.evidence_min_ratio:g})", rule, e, worst.ratio)
+    return Route("calibrated", e, f"{rule} {what}, {how} ({tag}); calibration measured "
+                                  f"{_measured(points)}", rule, e, worst.ratio)
+
+
+def _no_entry(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> str:
+    same = [e for e in table.entries if e.dtype == problem.dtype and not e.is_cublas]
+    if not same:
+        return f"the table has no {problem.dtype} kernel entry"
+    nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))
+    why = FAMILIES[nearest.family].check(nearest.config, problem, device)
+    return (f"no {problem.dtype} entry's config is valid for this shape "
+            f"(nearest {shape(nearest)}: {why})")

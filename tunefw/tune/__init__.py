@@ -1,0 +1,2 @@
+"""The search: the sweep driver, its pipeline, recorder and confirmation, the
+Optuna searches and the worker pools."""

@@ -1,0 +1,196 @@
+"""The Ray worker pool: one actor per GPU (num_gpus=1 pins it), a watchdog, restarts.
+
+Workers only evaluate and return Outcomes; the driver records them. A worker whose CUDA
+context is poisoned, whose process died, or whose trial ran past its deadline is killed and
+replaced; the sweep goes on (a death comes back as the job's WORKER_LOST outcome).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from tunefw.errors import UserError
+from tunefw.outcome import Outcome, Status, TrialSpec
+from tunefw.study.spec import SimSettings
+from tunefw.tune.interrupt import stop_on_sigterm
+from tunefw.tune.pool import Job, Slot, WorkerPool
+
+STARTUP_GRACE_S = 60.0  # a fresh actor may take this long to come up before its first trial
+WATCHDOG_SLACK_S = 5.0  # past the trial timeout before the worker is killed
+
+
+@ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_task_retries=0)
+class GpuWorker:
+    """Lives on one GPU (its own CUDA_VISIBLE_DEVICES) and evaluates trials there."""
+
+    def __init__(self, backend: str, sim: SimSettings | None, replay: str | None = None) -> None:
+        if backend == "replay":
+            from tunefw.evaluate.replay import ReplayEvaluator
+            self.evaluator = ReplayEvaluator(replay or "")
+        elif backend == "cuda":
+            from tunefw.evaluate.cuda import CudaEvaluator
+            self.evaluator = CudaEvaluator()
+        else:
+            from tunefw.evaluate.sim import SimEvaluator
+            self.evaluator = SimEvaluator(sim or SimSettings())
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "fingerprint": self.evaluator.fingerprint(),
+                "device": self.evaluator.device_spec()}
+
+    def evaluate(self, spec: TrialSpec, compiled: Any) -> Outcome:
+        return self.evaluator.evaluate(spec, compiled)
+
+    def confirm(self, spec: TrialSpec, compiled: Any) -> Outcome:
+        return self.evaluator.confirm(spec, compiled)
+
+
+@dataclass
+class RaySlot(Slot):
+    """A slot and the actor behind it."""
+
+    actor: Any = None
+    started: float = 0.0
+    ready_ref: Any = None  # the actor's info() call: done once the process is up
+    ready_at: float = 0.0
+
+
+def connect(address: str | None, gpus: int, backend: str) -> None:
+    """Start a local Ray (with N logical GPUs for the simulator) or join a cluster."""
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    os.environ.get("PYTHONPATH", "")) if p)}}
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR")
+    else:
+        # address="local": always a Ray of our own, never a cluster another process left
+        # running (ray.init() alone joins one, and then refuses num_gpus: seen in CI).
+        ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1,
+                 include_dashboard=False, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR")
+    stop_on_sigterm()  # ray.init made SIGTERM a SystemExit with a stack dump
+    have = int(ray.cluster_resources().get("GPU", 0))
+    free = int(ray.available_resources().get("GPU", 0))
+    if have < gpus or free < gpus:
+        ray.shutdown()
+        busy = f", {free} free" if free < have else ""
+        raise UserError(f"--gpus {gpus}: the Ray cluster has {have} GPU(s){busy}")
+
+
+class RayPool(WorkerPool):
+    """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines."""
+
+    def __init__(self, n: int, backend: str, sim: SimSettings | None,
+                 timeout_s: float, replay: str | None = None) -> None:
+        self.backend = backend
+        self.replay = replay  # replay:PATH[?delay=S] for the replay backend
+        self.sim = sim
+        self.timeout_s = timeout_s
+        self.slots = [RaySlot(i) for i in range(n)]
+        self.events: list[str] = []  # restarts and kills, for the status line
+        for slot in self.slots:
+            self._start(slot)
+        self.infos = ray.get([s.ready_ref for s in self.slots])
+
+    def _start(self, slot: RaySlot) -> None:
+        slot.actor = GpuWorker.remote(self.backend, self.sim, self.replay)
+        slot.started = time.monotonic()
+        slot.ready_ref = slot.actor.info.remote()
+
+    def _restart(self, slot: RaySlot, why: str) -> None:
+        ray.kill(slot.actor, no_restart=True)
+        slot.restarts += 1
+        self.events.append(f"worker {slot.index} restarted: {why}")
+        self._start(slot)
+
+    def submit(self, slot: RaySlot, job: Job) -> None:
+        method = slot.actor.evaluate if job.kind == "evaluate" else slot.actor.confirm
+        ref = method.remote(job.spec, job.compiled)
+        job.submitted = time.monotonic()
+        if not slot.queue:
+            slot.head_since = job.submitted
+        slot.queue.append((job, ref))
+
+    def _deadline(self, slot: RaySlot, job: Job) -> float:
+        if slot.ready_ref is not None:  # deadlines count from when the worker is up
+            ready, _ = ray.wait([slot.ready_ref], timeout=0)
+            if not ready:
+                return slot.started + STARTUP_GRACE_S + job.spec.timeout_s
+            slot.ready_ref = None
+            slot.ready_at = time.monotonic()
+        return max(slot.head_since, slot.ready_at) + job.spec.timeout_s + WATCHDOG_SLACK_S
+
+    def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
+        heads = {s.queue[0][1]: s for s in self.slots if s.queue}
+        done: list[tuple[Job, Outcome]] = []
+        retry: list[Job] = []
+        if heads:
+            refs = list(heads)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+            if ready:  # collect every head that is done, not just the first
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                slot = heads[ref]
+                job, _ = slot.queue.popleft()
+                now = time.monotonic()
+                try:
+                    outcome: Outcome = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    self._lost(slot, job, done, retry)
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # an evaluator bug: the trial crashed
+                    outcome = Outcome(Status.RUNTIME_CRASH, log=str(exc)[-4000:],
+                                      evaluator=self.backend, poisoned=True)
+                slot.trials += 1
+                slot.busy_s += outcome.busy_s
+                slot.head_since = now
+                done.append((job, outcome))
+                if outcome.poisoned:
+                    self._requeue_rest(slot, retry)
+                    self._restart(slot, f"{outcome.status.value} poisoned its CUDA context")
+        elif wait_s:
+            time.sleep(wait_s)
+        self._watchdog(done, retry)
+        return done, retry
+
+    def _requeue_rest(self, slot: Slot, retry: list[Job]) -> None:
+        while slot.queue:  # queued behind a killed head: never started, run them elsewhere
+            retry.append(slot.queue.popleft()[0])
+
+    def _lost(self, slot: RaySlot, job: Job, done: list, retry: list) -> None:
+        """The worker process died under this job: its outcome is WORKER_LOST (the driver
+        decides on a retry); the jobs queued behind it run elsewhere."""
+        self._requeue_rest(slot, retry)
+        done.append((job, Outcome(Status.WORKER_LOST, log="worker process died",
+                                  evaluator=self.backend, gpu=self.infos[slot.index]["gpu"])))
+        self._restart(slot, "worker process died")
+
+    def _watchdog(self, done: list, retry: list) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if not slot.queue:
+                continue
+            job, _ = slot.queue[0]
+            if now > self._deadline(slot, job):
+                slot.queue.popleft()
+                self._requeue_rest(slot, retry)
+                self._restart(slot, f"trial {job.spec.trial_id} over its timeout")
+                done.append((job, Outcome(
+                    Status.TIMEOUT, evaluator=self.backend, gpu=self.infos[slot.index]["gpu"],
+                    log=f"killed by the watchdog after {now - slot.head_since:.1f} s "
+                                       f"(timeout {job.spec.timeout_s:g} s)")))
+
+    def shutdown(self) -> None:
+        for slot in self.slots:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception:  # already gone
+                pass

@@ -1,0 +1,221 @@
+"""One launch of one study (driver side): guards the round, sets up the workers, the searches
+and the asker, runs the pipeline to each problem's budget, then the confirmation; stores the
+launch's figures."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import optuna
+
+from tunefw.device import DeviceSpec
+from tunefw.errors import UserError
+from tunefw.outcome import fingerprint_key
+from tunefw.store import Store
+from tunefw.store import queries as q
+from tunefw.store.files import optuna_storage
+from tunefw.store.models import Problem, Study
+from tunefw.study.spec import StudySpec
+from tunefw.templates import FAMILIES, get_family
+from tunefw.tune.asker import Asker
+from tunefw.tune.confirm import Confirmer
+from tunefw.tune.pipeline import Pipeline, ProblemState, ProgressHook
+from tunefw.tune.pool import WorkerPool
+from tunefw.tune.recorder import Recorder
+from tunefw.tune.sampler_host import SamplerHost
+from tunefw.tune.search import DurableMirror, ProblemSearch
+from tunefw.tune.stats import sweep_stats
+
+
+@dataclass
+class LaunchOptions:
+    """How a launch runs: its workers, their evaluator, and when it stops."""
+
+    gpus: int
+    backend: str  # "sim" | "cuda" | "replay"
+    address: str | None = None
+    new_round: bool = False
+    cache_dir: Any = None
+    time_limit_s: float | None = None
+    replay: str | None = None  # backend "replay": "replay:PATH[?delay=S]"
+
+
+PoolFactory = Callable[["LaunchOptions", StudySpec, str | None], WorkerPool]
+CompilerFactory = Callable[["LaunchOptions"], Any]
+
+
+def storage_for(store: Store) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage in the same database (its own tables, no tunefw_ prefix)."""
+    return optuna_storage(store.url, store.engine)
+
+
+def optuna_study_name(study: Study, problem: Problem) -> str:
+    return q.optuna_name(study.name, problem.key, study.round)
+
+
+def _families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+    names = spec.families or sorted(FAMILIES)
+    usable = [f for f in names if get_family(f).supports(device)]
+    if not usable:
+        raise UserError(f"families {names}: none runs on {device.name} (cc {device.cc})")
+    return usable
+
+
+def _guard_round(s, study: Study, fingerprint: dict, families: list[str],
+                 new_round: bool) -> None:
+    """Refuse to resume on another device or after the space changed, unless a new round."""
+    hashes = {f: get_family(f).space_hash() for f in families}
+    if study.fingerprint is not None and new_round:
+        study.round += 1
+        study.fingerprint = None
+    if study.fingerprint is None:
+        study.fingerprint = fingerprint
+        study.space_hashes = hashes
+        return
+    if fingerprint_key(study.fingerprint) != fingerprint_key(fingerprint):
+        was, now = study.fingerprint.get("name"), fingerprint.get("name")
+        if was == now and study.fingerprint.get("method") != fingerprint.get("method"):
+            raise UserError(f"study {study.name!r} round {study.round} was timed with method "
+                            f"{study.fingerprint.get('method') or 'unversioned'}, this launch "
+                            f"times with {fingerprint.get('method')}: pass --new-round to start "
+                            "a new round")
+        raise UserError(f"study {study.name!r} round {study.round} ran on {was}, this launch is "
+                        f"on {now}: pass --new-round to start a new round")
+    if study.space_hashes != hashes:
+        raise UserError(f"study {study.name!r}: a family's parameter space changed since round "
+                        f"{study.round}: pass --new-round to start a new round")
+
+
+def ray_pool(options: LaunchOptions, spec: StudySpec, replay: str | None) -> WorkerPool:
+    """The Ray actor pool: a local Ray, or the cluster at ``options.address``."""
+    from tunefw.tune.cluster import RayPool, connect
+    connect(options.address, options.gpus, options.backend)
+    return RayPool(options.gpus, options.backend, spec.sim, spec.timeout_s, replay)
+
+
+def compile_pool(options: LaunchOptions) -> Any:
+    """The compiler processes of a cuda launch (None for the others: no cubins)."""
+    if options.backend != "cuda":
+        return None
+    from tunefw.compiler import CompilePool
+    return CompilePool(cache_dir=options.cache_dir)
+
+
+class Sweep:
+    """One launch of one study on the workers ``pool_factory`` starts (Ray's by default),
+    compiling ahead with what ``compiler_factory`` gives."""
+
+    def __init__(self, store: Store, study_name: str | None, options: LaunchOptions,
+                 progress: ProgressHook | None = None, pool_factory: PoolFactory = ray_pool,
+                 compiler_factory: CompilerFactory = compile_pool) -> None:
+        self.store = store
+        self.options = options
+        self.progress = progress or (lambda event, data: None)
+        self.pool_factory = pool_factory
+        self.compiler_factory = compiler_factory
+        with store.session() as s:
+            study = q.get_study(s, study_name)
+            self.study_id = study.id
+            self.spec = StudySpec.from_dict(study.spec)
+        self.pool: WorkerPool | None = None
+        self.compiler = None
+        self.mirror: DurableMirror | None = None
+        self.sampler_hosts: list[SamplerHost] = []
+        self.asker: Asker | None = None
+
+    def run(self) -> dict:
+        """Run the search to its budget (resuming where a previous launch stopped), confirm the
+        winners, store and return the sweep figures. With a time limit, stop asking when it is
+        reached, finish the trials in flight and return (a later launch resumes)."""
+        try:
+            pipeline = self._open()
+            wall_s, stopped = pipeline.search(self.options.time_limit_s)
+            stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
+                                len(self.sampler_hosts), self.options.backend, stopped)
+            if stats["trials"]:
+                pipeline.recorder.stats(stats)
+            if not stopped:
+                Confirmer(pipeline, self.round, self.spec.confirm_top).run()
+            self.progress("end", stats)
+            return stats
+        finally:
+            self._close()
+
+    def _open(self) -> Pipeline:
+        replay = replay_spec = None
+        if self.options.backend == "replay":  # the driver reads the sweeps too: it checks them
+            from tunefw.evaluate.replay import ReplaySource, parse_backend
+            path, delay = parse_backend(self.options.replay or "")
+            replay, replay_spec = ReplaySource(path), f"replay:{path}?delay={delay!r}"
+        self.pool = self.pool_factory(self.options, self.spec, replay_spec)
+        info = self.pool.infos[0]
+        device: DeviceSpec = info["device"]
+        fingerprint: dict = info["fingerprint"]
+        families = _families(self.spec, device)
+        if replay is not None:
+            replay.check(self.spec.problems, families)
+        self.compiler = self.compiler_factory(self.options)
+        with self.store.session() as s:  # commit the round first: Optuna writes on its own
+            study = s.get(Study, self.study_id)
+            _guard_round(s, study, fingerprint, families, self.options.new_round)
+            study.backend = self.options.backend
+            self.round = study.round
+            study_name = study.name
+        states = self._states(device, families, replay)
+        # Problem i is asked by thread i % n, which talks to sampler process i % n (_states).
+        self.asker = Asker(states.values(), ahead=2 * self.options.gpus + 2,
+                           threads=max(1, len(self.sampler_hosts)))
+        self.asker.start()
+        self.progress("start", {"study": study_name, "backend": self.options.backend,
+                                "device": fingerprint.get("name"),
+                                "workers": [i["gpu"] for i in self.pool.infos],
+                                "problems": [st.progress_row() for st in states.values()]})
+        return Pipeline(self.pool, Recorder(self.store, self.study_id, self.options.backend),
+                        states, self.asker, self.spec, device, fingerprint, self.compiler,
+                        self.progress)
+
+    def _states(self, device: DeviceSpec, families: list[str], replay) -> dict[int, ProblemState]:
+        """Each problem's search (resumed from the round's rows) and bookkeeping."""
+        storage = storage_for(self.store)
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            problems = list(study.problems)
+            names = {p.id: optuna_study_name(study, p) for p in problems}
+        self.mirror = DurableMirror()
+        if self.spec.sampler == "tpe" and replay is None:  # TPE off the driver's thread and GIL
+            self.sampler_hosts = [SamplerHost() for _ in range(self._asker_threads(len(problems)))]
+        states = {}
+        for i, prow in enumerate(problems):
+            host = self.sampler_hosts[i % len(self.sampler_hosts)] if self.sampler_hosts else None
+            search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
+                                   self.spec.seed + prow.id, families, q.as_problem(prow),
+                                   device, self.mirror, host)
+            states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
+            if replay is not None:  # the search proposes recorded configs only
+                states[prow.id].recorded = replay.recorded_keys(q.as_problem(prow))
+        with self.store.session() as s:
+            study = s.get(Study, self.study_id)
+            for prow in problems:
+                states[prow.id].resume(q.problem_trials(s, study, prow))
+        return states
+
+    def _asker_threads(self, problems: int) -> int:
+        """Sampler processes (and asker threads): $TUNEFW_SAMPLER_PROCESSES, else one per two
+        GPUs and per four CPU cores (the compiler pool needs the rest); at most one per problem."""
+        wanted = os.environ.get("TUNEFW_SAMPLER_PROCESSES", "")
+        if wanted.isdigit() and int(wanted) > 0:
+            return min(problems, int(wanted))
+        return max(1, min(problems, self.options.gpus // 2, (os.cpu_count() or 1) // 4))
+
+    def _close(self) -> None:
+        if self.asker is not None:
+            self.asker.stop()
+        for host in self.sampler_hosts:
+            host.close()
+        if self.mirror is not None:
+            self.mirror.close()
+        if self.compiler is not None:
+            self.compiler.close()
+        if self.pool is not None:
+            self.pool.shutdown()

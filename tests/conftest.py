@@ -1,5 +1,6 @@
 """Shared fixtures: an isolated database per test, the CLI in-process (Typer's CliRunner) or as a
-subprocess where the process itself is tested, GPU skipping."""
+subprocess where the process itself is tested, one Ray head for the session's launches, GPU
+skipping."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from rayhead import RayHead, start_ray_head, stop_ray_head
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,6 +105,30 @@ def invoke_cli(*args: str, db: str | None = None, env: dict | None = None,
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory) -> Iterator[RayHead]:
+    """The session's Ray head, started on first use: launches whose subject is not how a launch
+    starts its own Ray join it (launch_on) and pay no Ray start-up and shutdown each."""
+    head = start_ray_head(tmp_path_factory.mktemp("ray-head") / "head.log")
+    try:
+        yield head
+    finally:
+        stop_ray_head(head)
+
+
+def launch_on(head: RayHead, *args: str, db: str,
+              timeout: float = 300) -> subprocess.CompletedProcess:
+    """`tunefw launch ARGS --address HEAD` as a user would, in a subprocess."""
+    return run_cli("launch", *args, "--address", head.address, db=db, env=head.env,
+                   timeout=timeout)
+
+
+def launch_argv(head: RayHead, *args: str) -> list[str]:
+    """The command line of `tunefw launch ARGS` on the head, for tests that signal the process
+    (their environment needs ``head.env`` too)."""
+    return [sys.executable, "-m", "tunefw", "launch", *args, "--address", head.address]
 
 
 def db_dump(url: str) -> list[str]:

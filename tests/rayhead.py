@@ -38,7 +38,9 @@ def start_ray_head(log: Path, gpus: int = HEAD_GPUS, timeout_s: float = 180) -> 
     with open(log, "w") as out:
         head.process = subprocess.Popen(
             ["ray", "start", "--head", "--block", f"--port={port}", f"--num-gpus={gpus}",
-             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+             # its own agent port: two heads (pytest-xdist workers) both wanted the default
+             f"--dashboard-agent-listen-port={free_port()}"],
             stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, **head.env),
             start_new_session=True)
     deadline = time.monotonic() + timeout_s

@@ -29,8 +29,8 @@ LARGE = [BIG, GemmProblem(8192, 8192, 8192), GemmProblem(8192, 28672, 4096),
 
 # ---- compiling (one pool for the module) -----------------------------------------------------
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    with CompilePool(2, cache_dir=tmp_path_factory.mktemp("wgmma_cache"), timeout_s=300) as p:
+def pool():
+    with CompilePool(2, timeout_s=300) as p:  # into the session's cubin cache (conftest)
         yield p
 
 

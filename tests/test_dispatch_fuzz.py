@@ -3,6 +3,8 @@ another exception), an accepted one round-trips through render -> parse unchange
 import copy
 import json
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -105,5 +107,13 @@ def test_the_cli_reports_a_rejected_document_in_one_line(tmp_path):
     path.write_text(json.dumps(bad))
     result = invoke_cli("dispatch", "explain", str(path), "64x64x64")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
-    assert "entries[0].config: GROUP=True: expected an integer or a string" in result.stderr
+    assert "entries[0].config: 'GROUP'=True: expected an integer or a string" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_config_key_holding_a_newline_gives_one_line():
+    doc = json.loads(json.dumps(BASE))
+    doc["entries"][0]["config"]["\n"] = None
+    with pytest.raises(UserError) as err:
+        parse(json.dumps(doc), "d.json")
+    assert "\n" not in str(err.value) and "'\\n'=None" in str(err.value)

@@ -155,7 +155,7 @@ def test_a_time_limit_reached_at_once_runs_nothing_and_confirms_nothing(store):
     assert all(t.status in NOT_COUNTED for t in _rows(store))
 
 
-def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store):
+def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store, db_url):
     """Every evaluated config goes through the compiler first; a failed compile never reaches a
     worker, is stored with its compile time and counts against the budget."""
     _study(store, trials=6, shapes=SHAPES[:1])
@@ -174,6 +174,10 @@ def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store):
     assert [(t.ptxas_regs, t.ptxas_smem_bytes, t.ptxas_spill_bytes) for t in evaluated] == [
         (None, None, None) if t.status == "COMPILE_ERROR" else (100 + t.config["STAGES"], 512, 8)
         for t in evaluated]
+    ok = next(t for t in evaluated if t.status == "OK")
+    shown = invoke_cli("trial", "show", str(ok.id), db=db_url)
+    assert (f"ptxas: {100 + ok.config['STAGES']} registers/thread, 512 B static shared memory, "
+            "8 B spilled") in shown.stdout.splitlines()
     ran = [j for j in pool.jobs if j.kind == "evaluate"]
     assert len(ran) == 6 - len(failed) and all(j.compiled.cubin == b"cubin" for j in ran)
     confirmed = [j for j in pool.jobs if j.kind == "confirm"]

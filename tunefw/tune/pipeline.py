@@ -80,6 +80,7 @@ class Pipeline:
         self.pending: list[Job] = []  # ready to run on a worker
         self.compiling: list[tuple[Any, Job]] = []
         self.times = LoopTimes()
+        self.first_result_at: float | None = None  # time.monotonic() of the first trial's result
 
     def trial_spec(self, st: ProblemState, trial_id: int, family: str,
                    config: dict) -> TrialSpec:
@@ -199,6 +200,8 @@ class Pipeline:
                                 "ratio": outcome.ratio, "gpu": outcome.gpu})
 
     def _job_done(self, job: Job, outcome: Outcome) -> None:
+        if self.first_result_at is None:
+            self.first_result_at = time.monotonic()
         problem_id, trial, key = job.context
         st = self.states[problem_id]
         if job.compiled is not None:

@@ -11,7 +11,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from conftest import run_cli
-from tunefw.compiler import compile_kernel, undeclared_includes
+from tunefw.cuda.compiler import compile_kernel, undeclared_includes
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
@@ -143,7 +143,7 @@ def test_a_familys_own_header_changes_its_hash(sources):
 
 
 def test_the_cubin_cache_key_is_the_family_source_hash(sources, tmp_path):
-    from tunefw.compiler import _prepare
+    from tunefw.cuda.compiler import _prepare
 
     def key(template, root):
         return _prepare(template, template.default_config(), "bf16", "sm_90a", root,

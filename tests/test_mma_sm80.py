@@ -89,7 +89,7 @@ def nvrtc_compile(name_expr: str, arch: str, extra_source: str = "") -> Compiled
 
 def compile_config(config: dict, dtype: str = "bf16", arch: str = "sm_90") -> Compiled:
     """One config through tunefw's compiler (cached)."""
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
     return _compiled(compile_kernel(T, config, dtype, arch))
 
 
@@ -101,7 +101,7 @@ def _compiled(r) -> Compiled:
 def compile_many(jobs):
     """Compile (config, dtype, arch) jobs in parallel through tunefw's own compile pool, into
     the session's cubin cache (conftest), so tests that build the same kernel build it once."""
-    from tunefw.compiler import CompilePool
+    from tunefw.cuda.compiler import CompilePool
     with CompilePool(WORKERS) as pool:
         futures = [pool.submit(T, config, dtype, arch) for config, dtype, arch in jobs]
         return [_compiled(f.result()) for f in futures]

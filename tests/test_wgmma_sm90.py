@@ -2,7 +2,7 @@
 and NVRTC compiles for sm_90a (no spills, HGMMA in the SASS, no local memory).
 
 Results need an H200: benchmarks/wgmma_sm90_gpu_check.py. Compiles go through
-tunefw.compiler.CompilePool (2 workers, a per-session cache) and are sampled to stay near a minute.
+tunefw.cuda.compiler.CompilePool (2 workers, a per-session cache) and are sampled to stay near a minute.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from cubin import kernel_text, sass_instructions
 
-from tunefw.compiler import CompilePool, sass_check, sass_opcodes
+from tunefw.cuda.compiler import CompilePool, sass_check, sass_opcodes
 from tunefw.device import A100, H200
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import TEMPLATE_DIR

@@ -69,7 +69,7 @@ class Outcome:
     gpu: str = ""  # the worker's CUDA_VISIBLE_DEVICES / UUID
     evaluator: str = ""  # "sim" | "cuda"
     compile_s: float | None = None
-    # ptxas's figures for the kernel (tunefw.compiler.CompileResult): registers per thread,
+    # ptxas's figures for the kernel (tunefw.cuda.compiler.CompileResult): registers per thread,
     # static shared memory and spill bytes; None where nothing was compiled
     ptxas_regs: int | None = None
     ptxas_smem_bytes: int | None = None

@@ -4,6 +4,7 @@ launch's figures."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -39,6 +40,9 @@ class LaunchOptions:
     cache_dir: Any = None
     time_limit_s: float | None = None
     replay: str | None = None  # backend "replay": "replay:PATH[?delay=S]"
+    # time.monotonic() when the command started: the first trial's wait counts from it (None:
+    # from the start of Sweep.run)
+    started_at: float | None = None
 
 
 PoolFactory = Callable[["LaunchOptions", StudySpec, str | None], WorkerPool]
@@ -54,7 +58,8 @@ def optuna_study_name(study: Study, problem: Problem) -> str:
     return q.optuna_name(study.name, problem.key, study.round)
 
 
-def _families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+def usable_families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+    """The study's families (default: all) that run on the device; none is a one-line error."""
     names = spec.families or sorted(FAMILIES)
     usable = [f for f in names if get_family(f).supports(device)]
     if not usable:
@@ -103,17 +108,17 @@ def compile_pool(options: LaunchOptions) -> Any:
 
 
 class Sweep:
-    """One launch of one study on the workers ``pool_factory`` starts (Ray's by default),
-    compiling ahead with what ``compiler_factory`` gives."""
+    """One launch of one study on the workers ``pool_factory`` starts (None: Ray's, ray_pool),
+    compiling ahead with what ``compiler_factory`` gives (None: compile_pool)."""
 
     def __init__(self, store: Store, study_name: str | None, options: LaunchOptions,
-                 progress: ProgressHook | None = None, pool_factory: PoolFactory = ray_pool,
-                 compiler_factory: CompilerFactory = compile_pool) -> None:
+                 progress: ProgressHook | None = None, pool_factory: PoolFactory | None = None,
+                 compiler_factory: CompilerFactory | None = None) -> None:
         self.store = store
         self.options = options
         self.progress = progress or (lambda event, data: None)
-        self.pool_factory = pool_factory
-        self.compiler_factory = compiler_factory
+        self.pool_factory = pool_factory or ray_pool
+        self.compiler_factory = compiler_factory or compile_pool
         with store.session() as s:
             study = q.get_study(s, study_name)
             self.study_id = study.id
@@ -128,11 +133,14 @@ class Sweep:
         """Run the search to its budget (resuming where a previous launch stopped), confirm the
         winners, store and return the sweep figures. With a time limit, stop asking when it is
         reached, finish the trials in flight and return (a later launch resumes)."""
+        started = self.options.started_at or time.monotonic()
         try:
             pipeline = self._open()
             wall_s, stopped = pipeline.search(self.options.time_limit_s)
+            first = pipeline.first_result_at
             stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
-                                len(self.sampler_hosts), self.options.backend, stopped)
+                                len(self.sampler_hosts), self.options.backend, stopped,
+                                None if first is None else first - started)
             if stats["trials"]:
                 pipeline.recorder.stats(stats)
             if not stopped:
@@ -152,7 +160,7 @@ class Sweep:
         info = self.pool.infos[0]
         device: DeviceSpec = info["device"]
         fingerprint: dict = info["fingerprint"]
-        families = _families(self.spec, device)
+        families = usable_families(self.spec, device)
         if replay is not None:
             replay.check(self.spec.problems, families)
         self.compiler = self.compiler_factory(self.options)
@@ -168,7 +176,8 @@ class Sweep:
                            threads=max(1, len(self.sampler_hosts)))
         self.asker.start()
         self.progress("start", {"study": study_name, "backend": self.options.backend,
-                                "device": fingerprint.get("name"),
+                                "device": fingerprint.get("name"), "device_spec": device,
+                                "families": families,
                                 "workers": [i["gpu"] for i in self.pool.infos],
                                 "problems": [st.progress_row() for st in states.values()]})
         return Pipeline(self.pool, Recorder(self.store, self.study_id, self.options.backend),

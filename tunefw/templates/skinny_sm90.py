@@ -43,6 +43,20 @@ def m_tiles_needed(m: int) -> int:
     return _cdiv(m, 8)
 
 
+def swap_ab_tile_reason(config: Config, problem: GemmProblem) -> str | None:
+    """The tile rules of the swap-AB decode families (skinny_sm90, stream_sm90): MTILES n8 tiles
+    must hold M, and not twice over; BN must not leave a whole 16-row tile past N."""
+    mt, need = config["MTILES"], m_tiles_needed(problem.M)
+    if mt < need:
+        return f"MTILES={mt} holds M <= {8 * mt} rows, the problem has M={problem.M}"
+    if mt > 2 * need:
+        return (f"MTILES={mt} is more than twice the {need} tile(s) M={problem.M} needs "
+                "(registers, shared memory and MMAs for rows that do not exist)")
+    if config["BN"] - 16 >= problem.N:
+        return f"BN={config['BN']} leaves a whole 16-row tile past N={problem.N}"
+    return None
+
+
 class SkinnySm90(KernelTemplate):
     family = "skinny_sm90"
     source = "skinny_sm90.cuh"
@@ -90,14 +104,9 @@ class SkinnySm90(KernelTemplate):
 
     # ---- rules ----------------------------------------------------------------------------------
     def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
-        mt, need = config["MTILES"], m_tiles_needed(problem.M)
-        if mt < need:
-            return f"MTILES={mt} holds M <= {8 * mt} rows, the problem has M={problem.M}"
-        if mt > 2 * need:
-            return (f"MTILES={mt} is more than twice the {need} tile(s) M={problem.M} needs "
-                    "(registers and shared memory for rows that do not exist)")
-        if config["BN"] - 16 >= problem.N:
-            return f"BN={config['BN']} leaves a whole 16-row tile past N={problem.N}"
+        reason = swap_ab_tile_reason(config, problem)
+        if reason:
+            return reason
         steps, ck, warps = self.k_steps(config, problem), config["CK"], config["WARPS"]
         per_rank = _cdiv(steps, ck)
         if per_rank * (ck - 1) >= steps:

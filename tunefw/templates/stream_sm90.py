@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
+from tunefw.templates.skinny_sm90 import swap_ab_tile_reason
 from tunefw.templates.wgmma_sm90 import WgmmaSm90
 
 MAX_CLUSTER = 16  # H100/H200 allow 16 CTAs with the non-portable cluster attribute
@@ -88,14 +89,9 @@ class StreamSm90(KernelTemplate):
 
     # ---- rules ----------------------------------------------------------------------------------
     def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
-        mt, need = config["MTILES"], _cdiv(problem.M, 8)
-        if mt < need:
-            return f"MTILES={mt} holds M <= {8 * mt} rows, the problem has M={problem.M}"
-        if mt > 2 * need:
-            return (f"MTILES={mt} is more than twice the {need} tile(s) M={problem.M} needs "
-                    "(shared memory and MMAs for rows that do not exist)")
-        if config["BN"] - 16 >= problem.N:
-            return f"BN={config['BN']} leaves a whole 16-row tile past N={problem.N}"
+        reason = swap_ab_tile_reason(config, problem)
+        if reason:
+            return reason
         chunks, ck = _cdiv(problem.K, config["BK"]), config["CK"]
         if _cdiv(chunks, ck) * (ck - 1) >= chunks:
             return (f"CK={ck} with ceil(K/BK) = {chunks} stages of K={problem.K} leaves the last "

@@ -128,9 +128,14 @@ def study_delete(name: str = typer.Argument(..., help="Study name.")) -> None:
     import optuna
     from tunefw.store import queries as q
     from tunefw.tune.sweep import storage_for
+    from tunefw.store.lease import db_now, held_message, live_holder
     store = open_db("write")
     with store.session() as s:
-        names = q.optuna_study_names(q.get_study(s, name))  # unknown name: fail before Optuna
+        study = q.get_study(s, name)
+        names = q.optuna_study_names(study)  # unknown name: fail before Optuna
+        holder = live_holder(s, study.id)
+        if holder is not None:  # its searches would vanish under a running launch
+            raise UserError(held_message(name, holder, db_now(s.connection())))
     storage = storage_for(store)
     for optuna_name in sorted(names & set(optuna.get_all_study_names(storage))):
         optuna.delete_study(study_name=optuna_name, storage=storage)
@@ -144,6 +149,7 @@ def trial_show(trial_id: int = typer.Argument(..., help="Trial id (as in study s
                as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """A trial's config, outcome, timings, device and log."""
     from tunefw.store import queries as q
+    from tunefw.store.lease import db_now, holder_of
     from tunefw.store.models import Trial
     store = open_db()
     with store.session() as s:
@@ -167,6 +173,7 @@ def status() -> None:
     """Studies in progress, the workers of their last launch, and recent errors."""
     from sqlalchemy import select
     from tunefw.store import queries as q
+    from tunefw.store.lease import db_now, holder_of
     from tunefw.store.models import Trial
     store = open_db()
     with store.session() as s:
@@ -180,6 +187,14 @@ def status() -> None:
             done = sum(min(r["evaluated"], study.spec["trials"]) for r in rows)
             state = "done" if done >= target else ("in progress" if done else "not started")
             out.print(f"[bold]{study.name}[/] round {study.round}: {done}/{target} evaluated, {state}")
+            lease = holder_of(s.connection(), study.id)
+            if lease is not None:
+                now = db_now(s.connection())
+                stale = lease.stale(now)
+                out.print(f"  launched by {lease.named()}, last heartbeat "
+                          f"{(now - lease.beat_at).total_seconds():.0f} s ago"
+                          + (f" (stale: {stale}; the next launch takes it over)" if stale else ""),
+                          markup=False)
             stats = study.stats or {}
             for gpu, busy in (stats.get("gpu_busy") or {}).items():
                 rate = stats["trials_per_s_per_gpu"].get(gpu, 0.0)

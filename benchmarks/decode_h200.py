@@ -20,7 +20,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from sweep_h200 import build_result, print_table, run_studies  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
-from tunefw.roofline import figures  # noqa: E402
+from tunefw.measure.roofline import figures  # noqa: E402
 
 
 def roofline(row: dict, read_tbs: float) -> dict:
@@ -43,7 +43,7 @@ def main() -> int:
     state = Path(args.db).with_suffix(".bandwidth.json")
     runs = json.loads(state.read_text()) if state.exists() else []
     if not args.report_only:
-        from tunefw.roofline import stream_read_tbs
+        from tunefw.measure.roofline import stream_read_tbs
         runs.append(stream_read_tbs())
         state.write_text(json.dumps(runs, indent=1))
         if not run_studies(args.db, args.studies, args.time_limit, 1, "cuda"):

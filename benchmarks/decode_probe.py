@@ -29,10 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks"), str(REPO / "tests")]
 
 from evaluator_gpu_check import run_jobs  # noqa: E402
-from tunefw.compiler import CompilePool, compiler_info  # noqa: E402
+from tunefw.cuda.compiler import CompilePool, compiler_info  # noqa: E402
 from tunefw.device import H200  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
-from tunefw.roofline import stream_read_tbs  # noqa: E402
+from tunefw.measure.roofline import stream_read_tbs  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 
 LAYERS = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),

@@ -28,7 +28,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from faults.fault_family import FAULT_DIR, FAULTS, FaultFamily  # noqa: E402
 from tunefw.cli.compile import sample_configs  # noqa: E402
-from tunefw.compiler import CompilePool  # noqa: E402
+from tunefw.cuda.compiler import CompilePool  # noqa: E402
 from tunefw.device import H200  # noqa: E402
 from tunefw.outcome import cublas_ratio  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
@@ -49,7 +49,7 @@ SLACK_S = 30.0  # beyond a trial's timeout before the parent's watchdog kills th
 # ---- child: one GPU worker ------------------------------------------------------------------
 def child(jobs: list[dict], cache_dir: str) -> None:
     """Run jobs in order on cuda:0; one result line each; stop after a poisoned outcome."""
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
     from tunefw.evaluate.cuda import CudaEvaluator
     from tunefw.outcome import TrialSpec
     from tunefw.templates import FAMILIES

@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/wgmma_sm90_gpu_check.py --sanitize --budget-s 480  # sanitizer only
     options: --budget-s 220, --skip-perf, --skip-verify, --only-shape 4096x4096x4096
 
-Self-contained: compiles with NVRTC (sm_90a) through tunefw.compiler, loads the cubins with
+Self-contained: compiles with NVRTC (sm_90a) through tunefw.cuda.compiler, loads the cubins with
 cuda.bindings.driver (cuModuleLoadData, cuFuncSetAttribute, cuLaunchKernelEx with the cluster
 dimension attribute, on torch's current stream) and builds the TMA tensor maps with the family's
 own kernel_args().
@@ -195,7 +195,7 @@ def _key(config: dict, dtype: str) -> str:
 
 def _compile_all(jobs: list[dict], cubin_dir: Path) -> dict:
     """NVRTC-compile every distinct (config, dtype) once; returns key -> compile record."""
-    from tunefw.compiler import CompilePool, compiler_info, sass_check
+    from tunefw.cuda.compiler import CompilePool, compiler_info, sass_check
 
     keys = {}
     for job in jobs:
@@ -338,7 +338,7 @@ def main() -> int:
         return sanitize_main(args)
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
-    from tunefw.compiler import compiler_info
+    from tunefw.cuda.compiler import compiler_info
 
     device = _device_info()
     print(f"device: {json.dumps(device)}", flush=True)
@@ -477,7 +477,7 @@ def _sanitizer() -> str | None:
 
 def sanitize_main(args) -> int:
     t0 = time.monotonic()
-    from tunefw.compiler import compiler_info
+    from tunefw.cuda.compiler import compiler_info
 
     device = _device_info()
     tool_path = _sanitizer()

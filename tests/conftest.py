@@ -1,5 +1,6 @@
 """Shared fixtures: an isolated database per test, the CLI in-process (Typer's CliRunner) or as a
-subprocess where the process itself is tested, GPU skipping."""
+subprocess where the process itself is tested, one Ray head for the session's launches, GPU
+skipping."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from rayhead import RayHead, start_ray_head, stop_ray_head
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,8 +39,14 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def cubin_cache(tmp_path_factory) -> Iterator[Path]:
     """One cubin cache for the session (and the CLI processes it starts): a kernel two tests
-    build is built once, and no run reads a cache an earlier run (or a user) left warm."""
-    path = tmp_path_factory.mktemp("cubin-cache")
+    build is built once, and no run reads a cache an earlier run (or a user) left warm. Under
+    pytest-xdist the workers share it: their base temp folders sit in one folder of this run
+    (entries are written whole and renamed into place, so concurrent writers are safe)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "cubin-cache"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("cubin-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TUNEFW_CACHE_DIR", str(path))
         yield path
@@ -105,6 +113,30 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory) -> Iterator[RayHead]:
+    """The session's Ray head, started on first use: launches whose subject is not how a launch
+    starts its own Ray join it (launch_on) and pay no Ray start-up and shutdown each."""
+    head = start_ray_head(tmp_path_factory.mktemp("ray-head") / "head.log")
+    try:
+        yield head
+    finally:
+        stop_ray_head(head)
+
+
+def launch_on(head: RayHead, *args: str, db: str,
+              timeout: float = 300) -> subprocess.CompletedProcess:
+    """`tunefw launch ARGS --address HEAD` as a user would, in a subprocess."""
+    return run_cli("launch", *args, "--address", head.address, db=db, env=head.env,
+                   timeout=timeout)
+
+
+def launch_argv(head: RayHead, *args: str) -> list[str]:
+    """The command line of `tunefw launch ARGS` on the head, for tests that signal the process
+    (their environment needs ``head.env`` too)."""
+    return [sys.executable, "-m", "tunefw", "launch", *args, "--address", head.address]
+
+
 def db_dump(url: str) -> list[str]:
     """Every row of every table, to prove a failed command changed nothing."""
     path = url.removeprefix("sqlite:///")
@@ -162,11 +194,12 @@ def store_url(request, tmp_path: Path) -> Iterator[str]:
 
 # ---- rows made directly (where a Ray launch is not what a test is about) ------------------------
 def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
-               fingerprints: dict[int, dict] | None = None) -> list[int]:
+               fingerprints: dict[int, dict] | None = None, sim: dict | None = None) -> list[int]:
     """A study as a finished SIMULATED launch leaves it, written through the store API: per
     problem ``trials`` evaluated rows (OK with rising ratios, one WRONG_ANSWER), one INVALID row,
     and a confirmed winner (its best); ``fingerprints`` overrides the fingerprint of the
-    problem at that index. Returns the winners' trial ids."""
+    problem at that index, ``sim`` is the study's simulator settings for later launches.
+    Returns the winners' trial ids."""
     from tunefw.evaluate.sim import sim_fingerprint
     from tunefw.outcome import Outcome, Status
     from tunefw.store import open_store
@@ -176,7 +209,8 @@ def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
 
     family = FAMILIES["mma_sm80"]
     configs = family.seed_configs()
-    spec = parse_study({"name": name, "trials": trials, "problems": list(shapes)}, "seed_study")
+    spec = parse_study({"name": name, "trials": trials, "problems": list(shapes), "sim": sim or {}},
+                       "seed_study")
     store = open_store(db_url)
     winners = []
     with store.session() as s:

@@ -21,12 +21,12 @@ def kernel_text(cubin: bytes, lowered: str) -> bytes:
 
 def sass_instructions(cubin: bytes) -> list[str]:
     """Every SASS instruction's full mnemonic with its modifiers and shape, e.g.
-    'HGMMA.64x256x16.F32.BF16' (tunefw.compiler.sass_opcodes stops at the lower-case 'x')."""
+    'HGMMA.64x256x16.F32.BF16' (tunefw.cuda.compiler.sass_opcodes stops at the lower-case 'x')."""
     import re
     import subprocess
     import tempfile
 
-    from tunefw.compiler import cuobjdump_path
+    from tunefw.cuda.compiler import cuobjdump_path
 
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from tunefw.compiler import CompileResult
+from tunefw.cuda.compiler import CompileResult
 from tunefw.device import H200
 from tunefw.evaluate.sim import SimEvaluator
 from tunefw.outcome import Outcome, Status

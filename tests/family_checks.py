@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tunefw.compiler import CompilePool
+from tunefw.cuda.compiler import CompilePool
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import KernelTemplate

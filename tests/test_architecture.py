@@ -8,19 +8,18 @@ from conftest import REPO
 
 PACKAGE = REPO / "tunefw"
 MAX_LINES = 400
-# Lowest first. The top-level modules not in a folder are the vocabulary every layer shares
-# (and the two that the kernel benchmarks import by their old names: compiler, roofline).
+# Lowest first. The top-level modules not in a folder are the vocabulary every layer shares.
 LAYERS = [
     ("vocabulary", ("tunefw.errors", "tunefw.fileio", "tunefw.framing", "tunefw.problem",
                     "tunefw.device", "tunefw.outcome")),
     ("database", ("tunefw.store",)),  # rows and queries: no study file, no search
     ("kernel families", ("tunefw.templates",)),
-    ("CUDA compiler and driver", ("tunefw.cuda", "tunefw.compiler")),
+    ("CUDA compiler and driver", ("tunefw.cuda", "tunefw.cuda.compiler")),
     ("study files", ("tunefw.study",)),
     ("evaluators", ("tunefw.evaluate",)),
     ("serving", ("tunefw.runtime",)),
     ("search", ("tunefw.tune",)),
-    ("measuring", ("tunefw.measure", "tunefw.roofline")),
+    ("measuring", ("tunefw.measure", "tunefw.measure.roofline")),
     ("exporting", ("tunefw.export",)),
     ("report", ("tunefw.report",)),
     ("command line", ("tunefw.cli", "tunefw.__main__")),

@@ -128,14 +128,14 @@ def test_study_create_show_json_and_delete(db_url, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("family, arch", [("mma_sm80", "sm_80"), ("wgmma_sm90", "sm_90a")])
 def test_compile_sample_passes_the_sass_check(tmp_path, family, arch):
-    result = run_cli("compile", family, "--arch", arch, "--sample", "6", "--check-sass",
-                     "--cache-dir", str(tmp_path), timeout=900)
+    result = invoke_cli("compile", family, "--arch", arch, "--sample", "6", "--check-sass",
+                        "--cache-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     assert "6 ok, 0 failed of 6" in result.stdout
     assert sum(line.startswith("ok ") for line in result.stdout.splitlines()) == 6
 
 
 def test_failing_compile_command_exits_non_zero(tmp_path):
-    result = run_cli("compile", "mma_sm80", "--arch", "sm_80", "--config", '{"BM": 7}')
+    result = invoke_cli("compile", "mma_sm80", "--arch", "sm_80", "--config", '{"BM": 7}')
     assert result.returncode != 0
     assert "BM=7" in result.stderr and len(result.stderr.strip().splitlines()) == 1

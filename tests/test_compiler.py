@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from faults.fault_family import FAULT_DIR, BrokenTemplate, FaultFamily, HangingCompileTemplate
-from tunefw import compiler
-from tunefw.compiler import CompilePool, compile_kernel, sass_check
+from tunefw.cuda import compiler
+from tunefw.cuda.compiler import CompilePool, compile_kernel, sass_check
 from tunefw.errors import UserError
 from tunefw.outcome import Status
 

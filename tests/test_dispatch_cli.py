@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tunefw.cli.app import app
+from conftest import invoke_cli
 from tunefw.errors import UserError
 from tunefw.export import calibrate as cal
 from tunefw.outcome import Outcome, Status
@@ -179,8 +180,8 @@ def test_dispatch_schema_command_prints_the_committed_schema(tmp_path):
     assert (tmp_path / "s.json").read_text() == json_schema()
 
 
-def test_explain_command_one_line_errors(tmp_path, cli):
-    bad = cli("dispatch", "explain", str(tmp_path / "missing.json"), "8x8x8")
+def test_explain_command_one_line_errors(tmp_path):
+    bad = invoke_cli("dispatch", "explain", str(tmp_path / "missing.json"), "8x8x8")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "cannot read" in bad.stderr
 
 

@@ -3,9 +3,12 @@ another exception), an accepted one round-trips through render -> parse unchange
 import copy
 import json
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import invoke_cli
 from tunefw.errors import UserError
 from tunefw.export.table import render
 from tunefw.runtime.dispatch import parse
@@ -97,12 +100,20 @@ def test_arbitrary_documents(doc):
     _check(doc if isinstance(doc, bytes) else json.dumps(doc, allow_nan=True))
 
 
-def test_the_cli_reports_a_rejected_document_in_one_line(tmp_path, cli):
+def test_the_cli_reports_a_rejected_document_in_one_line(tmp_path):
     path = tmp_path / "d.json"
     bad = copy.deepcopy(BASE)
     bad["entries"][0]["config"]["GROUP"] = True
     path.write_text(json.dumps(bad))
-    result = cli("dispatch", "explain", str(path), "64x64x64")
+    result = invoke_cli("dispatch", "explain", str(path), "64x64x64")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
-    assert "entries[0].config: GROUP=True: expected an integer or a string" in result.stderr
+    assert "entries[0].config: 'GROUP'=True: expected an integer or a string" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_config_key_holding_a_newline_gives_one_line():
+    doc = json.loads(json.dumps(BASE))
+    doc["entries"][0]["config"]["\n"] = None
+    with pytest.raises(UserError) as err:
+        parse(json.dumps(doc), "d.json")
+    assert "\n" not in str(err.value) and "'\\n'=None" in str(err.value)

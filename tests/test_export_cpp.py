@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from tunefw.cli.compile import sample_configs
+from conftest import invoke_cli
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.export.table import render
@@ -130,12 +131,12 @@ def test_header_text(tmp_path):
         render(DispatchTable(False, {}, []), "cpp")
 
 
-def test_export_command_writes_the_header(tmp_path, cli, db_url):
-    made = cli("study", "create", "h", "--shape", "256x256x256", db=db_url)
+def test_export_command_writes_the_header(tmp_path, db_url):
+    made = invoke_cli("study", "create", "h", "--shape", "256x256x256", db=db_url)
     assert made.returncode == 0, made.stderr
-    empty = cli("export", str(tmp_path / "d.h"), "--format", "cpp", db=db_url)
+    empty = invoke_cli("export", str(tmp_path / "d.h"), "--format", "cpp", db=db_url)
     assert empty.returncode == 1 and "no OK trial" in empty.stderr
-    bad = cli("export", str(tmp_path / "d.h"), "--format", "hpp", db=db_url)
+    bad = invoke_cli("export", str(tmp_path / "d.h"), "--format", "hpp", db=db_url)
     assert bad.stderr.strip() == "tunefw: error: --format 'hpp': expected one of json, csv, cpp"
 
 

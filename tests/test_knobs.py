@@ -10,8 +10,8 @@ import shutil
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from conftest import run_cli
-from tunefw.compiler import compile_kernel, undeclared_includes
+from conftest import invoke_cli
+from tunefw.cuda.compiler import compile_kernel, undeclared_includes
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
@@ -143,7 +143,7 @@ def test_a_familys_own_header_changes_its_hash(sources):
 
 
 def test_the_cubin_cache_key_is_the_family_source_hash(sources, tmp_path):
-    from tunefw.compiler import _prepare
+    from tunefw.cuda.compiler import _prepare
 
     def key(template, root):
         return _prepare(template, template.default_config(), "bf16", "sm_90a", root,
@@ -167,7 +167,7 @@ def test_an_undeclared_include_is_refused_at_compile(sources, tmp_path, monkeypa
 
 # ---- the listing ---------------------------------------------------------------------------
 def test_the_cli_lists_a_familys_knobs_from_the_declaration():
-    shown = run_cli("family", "wgmma_sm90", env={"COLUMNS": "250"})
+    shown = invoke_cli("family", "wgmma_sm90", env={"COLUMNS": "250"})
     assert shown.returncode == 0, shown.stderr
     lines = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines()
              if line.startswith("│") and line.split("│")[1].strip()}

@@ -1,7 +1,7 @@
-"""The launch lease end to end (SIMULATED device, real Ray, on SQLite and PostgreSQL): of two
-launches of one study at once exactly one runs and the other's one line names it; the runner's
-heartbeat advances; a killed launch's lease is taken over by the next, saying so; Ctrl-C and
-SIGTERM release it, as a normal exit does."""
+"""The launch lease end to end (SIMULATED device, the session's Ray head, on SQLite and
+PostgreSQL): of two launches of one study at once exactly one runs and the other's one line
+names it; the runner's heartbeat advances; a killed launch's lease is taken over by the next,
+saying so; Ctrl-C and SIGTERM release it, as a normal exit does."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,8 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, func, select
 
-from conftest import REPO, invoke_cli
+from conftest import REPO, invoke_cli, launch_argv
+from rayhead import RayHead
 from tunefw.store.lease import TABLE
 from tunefw.store.models import Trial
 
@@ -32,12 +33,11 @@ def _create(url: str, tmp_path, trials: int) -> None:
     assert created.returncode == 0, created.stderr
 
 
-def _launch(url: str) -> subprocess.Popen:
-    """`tunefw launch two` in a process group of its own (a kill -9 then takes its Ray too)."""
-    env = {k: v for k, v in os.environ.items() if k != "TUNEFW_DB"}
-    return subprocess.Popen([sys.executable, "-m", "tunefw", "--db", url, "launch", "two",
-                             "--backend", "sim", "--gpus", "1"], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def _launch(url: str, head: RayHead) -> subprocess.Popen:
+    """`tunefw launch two` on the head, in a process group of its own (for kill -9)."""
+    return subprocess.Popen(launch_argv(head, "two", "--backend", "sim", "--gpus", "1"),
+                            cwd=REPO, env=dict(os.environ, TUNEFW_DB=url, **head.env),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
 
 
@@ -69,9 +69,9 @@ def _wait_for(what: Callable[[], bool], procs: list[subprocess.Popen]) -> None:
         time.sleep(0.2)
 
 
-def test_two_launches_at_once_one_runs_and_the_other_names_it(store_url, tmp_path):
+def test_two_launches_at_once_one_runs_and_the_other_names_it(store_url, tmp_path, ray_head):
     _create(store_url, tmp_path, trials=10)
-    launches = [_launch(store_url), _launch(store_url)]
+    launches = [_launch(store_url, ray_head), _launch(store_url, ray_head)]
     beats: dict[int, int] = {}
     while any(p.poll() is None for p in launches):
         for pid, n in _leases(store_url):
@@ -91,15 +91,16 @@ def test_two_launches_at_once_one_runs_and_the_other_names_it(store_url, tmp_pat
     assert _leases(store_url) == [] and _evaluated(store_url) == 10
 
 
-def test_a_killed_launchs_lease_is_taken_over_and_signals_release_it(store_url, tmp_path):
+def test_a_killed_launchs_lease_is_taken_over_and_signals_release_it(store_url, tmp_path,
+                                                                     ray_head):
     _create(store_url, tmp_path, trials=200)
-    killed = _launch(store_url)
+    killed = _launch(store_url, ray_head)
     _wait_for(lambda: _evaluated(store_url) >= 1, [killed])
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate()
     assert [pid for pid, _ in _leases(store_url)] == [killed.pid]  # left behind
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        launch = _launch(store_url)
+        launch = _launch(store_url, ray_head)
         _wait_for(lambda: [pid for pid, _ in _leases(store_url)] == [launch.pid], [launch])
         done = _evaluated(store_url)
         _wait_for(lambda: _evaluated(store_url) > done, [launch])  # running, not starting

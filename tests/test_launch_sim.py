@@ -1,12 +1,12 @@
-"""End to end on the SIMULATED device: real Ray actors, real Optuna, a real SQLite file."""
+"""End to end on the SIMULATED device: real Ray actors, real Optuna, a real SQLite file. The
+quickstart flow and the launch without --address start a Ray of their own as a user's launch does;
+the other launches join the session's Ray head (conftest.ray_head)."""
 import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO, invoke_cli, run_cli, seed_study
+from conftest import REPO, invoke_cli, launch_argv, launch_on, run_cli, seed_study
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +39,15 @@ def _rows(db_url, sql):
         con.close()
 
 
-def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path):
+def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path, ray_head):
     study = _study_file(tmp_path, trials=8)
     assert invoke_cli("study", "create", "q", "--from", str(study), db=db_url).returncode == 0
+    # Without --address a launch starts a Ray of its own, even with the session's head running
+    # (plain ray.init() joined it, then refused num_gpus): 8 workers, more than the head has.
+    assert ray_head.gpus < 8
     # two sampler processes, one per problem, each asked by its own thread
     launched = run_cli("launch", "q", "--gpus", "8", "--backend", "sim", db=db_url,
-                       env={"TUNEFW_SAMPLER_PROCESSES": "2"})
+                       env={"TUNEFW_SAMPLER_PROCESSES": "2", **ray_head.env})
     assert launched.returncode == 0, launched.stderr
     assert "SIMULATED" in launched.stdout
     assert re.search(r"trial \d+ \S+ OK [\d.]+ TFLOP/s [\d.]+x cuBLAS gpu", launched.stdout)
@@ -88,11 +91,11 @@ def _told_the_ratios(db_url, durable, problem_id):
     assert durable.best_value == pytest.approx(max(ratios.values()))
 
 
-def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
+def test_faults_become_outcomes_and_never_win(db_url, tmp_path, ray_head):
     faults = {"crash": 0.12, "hang": 0.08, "wrong": 0.15, "compile_error": 0.12}
     study = _study_file(tmp_path, trials=14, timeout_s=2, faults=faults)
     assert invoke_cli("study", "create", "f", "--from", str(study), db=db_url).returncode == 0
-    launched = run_cli("launch", "f", "--gpus", "4", "--backend", "sim", db=db_url, timeout=600)
+    launched = launch_on(ray_head, "f", "--gpus", "4", "--backend", "sim", db=db_url, timeout=600)
     assert launched.returncode == 0, launched.stderr
     statuses = {s for (s,) in _rows(db_url, "SELECT status FROM tunefw_trial")}
     assert {"OK", "RUNTIME_CRASH", "TIMEOUT", "WRONG_ANSWER", "COMPILE_ERROR"} <= statuses
@@ -110,12 +113,12 @@ def test_faults_become_outcomes_and_never_win(db_url, tmp_path):
         assert winner_status == [("OK",)]
 
 
-def test_kill_minus_nine_then_resume(db_url, tmp_path):
+def test_kill_minus_nine_then_resume(db_url, tmp_path, ray_head):
     study = _study_file(tmp_path, trials=12, trial_seconds=0.4)
     assert invoke_cli("study", "create", "k", "--from", str(study), db=db_url).returncode == 0
-    env = dict(os.environ, TUNEFW_DB=db_url)
-    proc = subprocess.Popen([sys.executable, "-m", "tunefw", "launch", "k", "--gpus", "2",
-                             "--backend", "sim"], cwd=REPO, env=env, start_new_session=True,
+    env = dict(os.environ, TUNEFW_DB=db_url, **ray_head.env)
+    proc = subprocess.Popen(launch_argv(ray_head, "k", "--gpus", "2", "--backend", "sim"),
+                            cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -128,7 +131,7 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path):
     proc.wait()
     before = _rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
     assert 0 < len([r for r in before if r[2] != "INVALID"]) < 24
-    resumed = run_cli("launch", "k", "--gpus", "2", "--backend", "sim", db=db_url)
+    resumed = launch_on(ray_head, "k", "--gpus", "2", "--backend", "sim", db=db_url)
     assert resumed.returncode == 0, resumed.stderr
     after = _rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
     assert after[:len(before)] == before  # finished rows keep their ids and values
@@ -147,100 +150,49 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path):
         assert [n for (n,) in numbers] == list(range(12))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def test_launch_through_a_ray_head_address(db_url, tmp_path, ray_head):
+    study = _study_file(tmp_path, name="r", trials=4, shapes=("256x256x256",))
+    assert invoke_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
+    launched = launch_on(ray_head, "r", "--gpus", "2", "--backend", "sim", db=db_url)
+    assert launched.returncode == 0, launched.stderr
+    assert _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='OK'")[0][0] >= 1
+    too_many = launch_on(ray_head, "r", "--gpus", str(ray_head.gpus + 1), "--backend", "sim",
+                         db=db_url)
+    assert too_many.returncode != 0
+    assert too_many.stderr.strip().splitlines() == [
+        f"tunefw: error: --gpus {ray_head.gpus + 1}: the Ray cluster has {ray_head.gpus} GPU(s)"]
+    # (a launch without --address beside this head: the quickstart flow)
 
 
-def _start_ray_head(port: int, env: dict) -> subprocess.Popen:
-    """A Ray head of this test's own (`ray start --block` in a process group of its own, so the
-    test stops exactly it, not every Ray on the machine as `ray stop --force` would)."""
-    head = subprocess.Popen(["ray", "start", "--head", "--block", f"--port={port}", "--num-gpus=2",
-                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if head.poll() is not None:
-            raise AssertionError(f"ray start failed: {head.stderr.read().decode()[-2000:]}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return head
-        time.sleep(0.5)
-    _stop_ray_head(head)
-    raise AssertionError("the Ray head did not listen within 180 s")
-
-
-def _stop_ray_head(head: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(head.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            head.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def test_launch_through_a_ray_head_address(db_url, tmp_path):
-    port = _free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")  # a throwaway local head, no token
-    head = _start_ray_head(port, env)
-    try:
-        study = _study_file(tmp_path, name="r", trials=4, shapes=("256x256x256",))
-        assert invoke_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
-        launched = run_cli("launch", "r", "--gpus", "2", "--backend", "sim",
-                           "--address", f"127.0.0.1:{port}", db=db_url, env=env)
-        assert launched.returncode == 0, launched.stderr
-        assert _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='OK'")[0][0] >= 1
-        too_many = run_cli("launch", "r", "--gpus", "5", "--backend", "sim",
-                           "--address", f"127.0.0.1:{port}", db=db_url, env=env)
-        assert too_many.returncode != 0
-        assert too_many.stderr.strip().splitlines() == [
-            "tunefw: error: --gpus 5: the Ray cluster has 2 GPU(s)"]
-        # Without --address a launch starts a Ray of its own, even with this head running
-        # (plain ray.init() joined it, then refused num_gpus).
-        study = _study_file(tmp_path, name="own", trials=2, shapes=("256x256x256",))
-        assert invoke_cli("study", "create", "own", "--from", str(study), db=db_url).returncode == 0
-        own = run_cli("launch", "own", "--gpus", "4", "--backend", "sim", db=db_url, env=env)
-        assert own.returncode == 0, own.stderr
-    finally:
-        _stop_ray_head(head)
-
-
-def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path):
+def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path, ray_head):
     study = _study_file(tmp_path, name="t", trials=10, trial_seconds=0.5, shapes=("512x512x512",))
     assert invoke_cli("study", "create", "t", "--from", str(study), db=db_url).returncode == 0
-    first = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", "--time-limit", "2",
-                    db=db_url)
+    first = launch_on(ray_head, "t", "--gpus", "1", "--backend", "sim", "--time-limit", "2",
+                      db=db_url)
     assert first.returncode == 0, first.stderr
     assert "time limit reached" in first.stdout
     done = _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0]
     assert 1 <= done < 10
     assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(0,)]  # not confirmed yet
-    second = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", db=db_url)
+    second = launch_on(ray_head, "t", "--gpus", "1", "--backend", "sim", db=db_url)
     assert second.returncode == 0, second.stderr
     keys = _rows(db_url, "SELECT config_key FROM tunefw_trial WHERE status != 'INVALID'")
     assert len(keys) == 10 == len(set(keys))
     assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(1,)]
-    third = run_cli("launch", "t", "--gpus", "1", "--backend", "sim", db=db_url)
+    third = launch_on(ray_head, "t", "--gpus", "1", "--backend", "sim", db=db_url)
     assert "nothing left to run" in third.stdout
 
 
-def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
-    study = _study_file(tmp_path, name="g", trials=3, shapes=("256x256x256",))
-    assert invoke_cli("study", "create", "g", "--from", str(study), db=db_url).returncode == 0
-    assert run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+def test_resume_on_another_device_or_space_needs_a_new_round(db_url, ray_head):
+    # round 0 as a SIMULATED launch left it
+    seed_study(db_url, "g", ("256x256x256",), trials=3, sim={"trial_seconds": 0.05})
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("""UPDATE tunefw_study SET fingerprint = json_set(fingerprint, '$.name',
                    'NVIDIA A100-SXM4-80GB')""")
     con.commit()
     con.close()
     before = _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id")
-    refused = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    refused = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 ran on NVIDIA A100-SXM4-80GB, this launch is on "
@@ -251,7 +203,7 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
                    '$.name', 'SIMULATED NVIDIA H200'), '$.method')""")
     con.commit()
     con.close()
-    refused = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    refused = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 was timed with method unversioned, this launch times "
         "with anchored-2: pass --new-round to start a new round"]
@@ -262,36 +214,36 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, tmp_path):
                 "(SELECT fingerprint FROM tunefw_trial WHERE status = 'OK' LIMIT 1)")
     con.commit()
     con.close()
-    changed = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", db=db_url)
+    changed = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert "parameter space changed" in changed.stderr
-    again = run_cli("launch", "g", "--gpus", "1", "--backend", "sim", "--new-round", db=db_url)
+    again = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", "--new-round", db=db_url)
     assert again.returncode == 0, again.stderr
     rounds = _rows(db_url, "SELECT round, count(*) FROM tunefw_trial WHERE status != 'INVALID' "
                            "GROUP BY round")
     assert rounds == [(0, 3), (1, 3)]
 
 
-def test_a_second_study_reuses_stored_measurements(db_url, tmp_path):
+def test_a_second_study_reuses_stored_measurements(db_url, tmp_path, ray_head):
     first = _study_file(tmp_path, name="a", trials=4, shapes=("256x256x256",))
     assert invoke_cli("study", "create", "a", "--from", str(first), db=db_url).returncode == 0
-    assert run_cli("launch", "a", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+    assert launch_on(ray_head, "a", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
     second = _study_file(tmp_path, name="b", trials=4, shapes=("256x256x256",))
     assert invoke_cli("study", "create", "b", "--from", str(second), db=db_url).returncode == 0
-    assert run_cli("launch", "b", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
+    assert launch_on(ray_head, "b", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
     reused = _rows(db_url, "SELECT t.config_key, t.tflops, o.config_key, o.tflops FROM "
                            "tunefw_trial t JOIN tunefw_trial o ON o.id = t.reused_from")
     assert reused, "the seeds are proposed again and answered from study a's rows"
     assert all(k == ok and v == ov for k, v, ok, ov in reused)
 
 
-def test_ctrl_c_stops_cleanly(db_url, tmp_path):
-    study = _study_file(tmp_path, name="c", trials=20, trial_seconds=0.5,
+def test_ctrl_c_stops_cleanly(db_url, tmp_path, ray_head):
+    study = _study_file(tmp_path, name="c", trials=16, trial_seconds=0.25,
                         shapes=("512x512x512",))
     assert invoke_cli("study", "create", "c", "--from", str(study), db=db_url).returncode == 0
-    env = dict(os.environ, TUNEFW_DB=db_url)
-    proc = subprocess.Popen([sys.executable, "-m", "tunefw", "launch", "c", "--gpus", "1",
-                             "--backend", "sim"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, TUNEFW_DB=db_url, **ray_head.env)
+    proc = subprocess.Popen(launch_argv(ray_head, "c", "--gpus", "1", "--backend", "sim"),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     deadline = time.time() + 120
     while time.time() < deadline and _count_ok(db_url) < 2:
         time.sleep(0.3)
@@ -301,8 +253,8 @@ def test_ctrl_c_stops_cleanly(db_url, tmp_path):
     assert err.strip().splitlines()[-1].startswith("tunefw: interrupted;")
     assert "Traceback" not in err
     done = _count_ok(db_url)
-    resumed = run_cli("launch", "c", "--gpus", "1", "--backend", "sim", db=db_url)
-    assert resumed.returncode == 0 and _count_ok(db_url) == 20 > done
+    resumed = launch_on(ray_head, "c", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert resumed.returncode == 0 and _count_ok(db_url) == 16 > done
 
 
 def _count_ok(db_url):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from cubin import kernel_text
+from space import sample_space, shuffled_valid
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "kernel_templates"
@@ -89,7 +90,7 @@ def nvrtc_compile(name_expr: str, arch: str, extra_source: str = "") -> Compiled
 
 def compile_config(config: dict, dtype: str = "bf16", arch: str = "sm_90") -> Compiled:
     """One config through tunefw's compiler (cached)."""
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
     return _compiled(compile_kernel(T, config, dtype, arch))
 
 
@@ -101,7 +102,7 @@ def _compiled(r) -> Compiled:
 def compile_many(jobs):
     """Compile (config, dtype, arch) jobs in parallel through tunefw's own compile pool, into
     the session's cubin cache (conftest), so tests that build the same kernel build it once."""
-    from tunefw.compiler import CompilePool
+    from tunefw.cuda.compiler import CompilePool
     with CompilePool(WORKERS) as pool:
         futures = [pool.submit(T, config, dtype, arch) for config, dtype, arch in jobs]
         return [_compiled(f.result()) for f in futures]
@@ -217,7 +218,7 @@ def test_check_accepts_a_share_of_the_space():
     """A sample of the raw space: enough of it is runnable at 4096^3 for samplers to find.
     (check()'s speed is a benchmark's business, not an assert on a shared machine's clock.)"""
     import random
-    configs = random.Random(0).sample(list(T.iter_space()), 20000)
+    configs = sample_space(T, random.Random(0), 20000)
     valid = sum(T.check(c, BIG, H200) is None for c in configs)
     assert valid > 500
 
@@ -236,11 +237,9 @@ def test_smem_estimate_is_exact_in_cuda():
 
 
 def _sample_configs(n: int = 5, seed: int = 1):
+    import itertools
     import random
-    rng = random.Random(seed)
-    configs = list(T.iter_space())
-    rng.shuffle(configs)
-    picked = [c for c in configs if T.check(c, BIG, H200) is None][:n]
+    picked = list(itertools.islice(shuffled_valid(T, random.Random(seed), BIG, H200), n))
     return [T.default_config(), dict(T.default_config(), BN=256)] + picked
 
 

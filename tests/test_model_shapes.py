@@ -7,6 +7,7 @@ import textwrap
 import pytest
 import torch
 
+from conftest import invoke_cli
 from tunefw.errors import UserError
 from tunefw.study.model_shapes import (M_GRIDS, collect_linears, model_shapes, parse_m_grid,
                                        study_problems)
@@ -126,14 +127,14 @@ def test_bad_config_and_grid(tmp_path):
         model_shapes(torch.nn.ReLU(), [1])
 
 
-def test_cli_study_create_from_model(cli, db_url, llama_config, entry_file):
-    made = cli("study", "create", "tiny", "--from-model", str(llama_config), "--m-grid", "decode",
-               "--trials", "4", db=db_url)
+def test_cli_study_create_from_model(db_url, llama_config, entry_file):
+    made = invoke_cli("study", "create", "tiny", "--from-model", str(llama_config), "--m-grid",
+                      "decode", "--trials", "4", db=db_url)
     assert made.returncode == 0, made.stderr
     assert "N=1024 K=256 tuned as bf16: 1 layer(s): lm_head" in made.stdout
-    shown = json.loads(cli("study", "show", "tiny", "--json", db=db_url).stdout)
+    shown = json.loads(invoke_cli("study", "show", "tiny", "--json", db=db_url).stdout)
     rows = {(p["M"], p["N"], p["K"], p["label"]) for p in shown["problems"]}
     assert rows == {(m, n, k, label) for (n, k), (label, _) in LLAMA.items() for m in M_GRIDS["decode"]}
-    bad = cli("study", "create", "x", "--from-model", f"{entry_file}:nope", db=db_url)
+    bad = invoke_cli("study", "create", "x", "--from-model", f"{entry_file}:nope", db=db_url)
     assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0
     assert "has no function nope" in bad.stderr

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from conftest import run_cli
+from conftest import invoke_cli
 from fakepool import finishing_pipeline
 from tunefw.device import H200
 from tunefw.outcome import Outcome, Status, fingerprint_key
@@ -62,7 +62,7 @@ def test_trials_rank_by_ratio_and_those_without_cublas_last(store):
 
 def test_study_show_gives_the_best_ratio_beside_the_tflops(store, db_url):
     _record(store, X, Y)
-    shown = run_cli("study", "show", "s", db=db_url, env={"COLUMNS": "200"})
+    shown = invoke_cli("study", "show", "s", db=db_url, env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "4096x4096x4096" in line)
     assert "1.200x" in row and "600.0" in row and "500.0" in row

@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import invoke_cli, launch_on
 from fakepool import finishing_pipeline
 from tunefw.device import H200
 from tunefw.errors import UserError
@@ -129,12 +129,13 @@ def test_a_round_stored_under_the_old_space_hash_asks_for_new_round(store):
 
 
 @pytest.mark.slow
-def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path):
+def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path, ray_head):
     spec = {"name": "o", "trials": 3, "families": ["mma_sm80"], "problems": [{"shape": "256x256x256"}],
             "sim": {"trial_seconds": 0.01}}
     (tmp_path / "o.yaml").write_text(yaml.safe_dump(spec))
-    assert run_cli("study", "create", "o", "--from", str(tmp_path / "o.yaml"), db=db_url).returncode == 0
-    launched = run_cli("launch", "o", "--gpus", "1", "--backend", "sim", db=db_url)
+    assert invoke_cli("study", "create", "o", "--from", str(tmp_path / "o.yaml"),
+                      db=db_url).returncode == 0
+    launched = launch_on(ray_head, "o", "--gpus", "1", "--backend", "sim", db=db_url)
     assert launched.returncode == 0, launched.stderr
     study = optuna.load_study(study_name="o/256x256x256:bf16:TN/r0", storage=db_url)
     assert study.metric_names == ["ratio_vs_cublas"]
@@ -159,5 +160,5 @@ def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
     _run(store, _search(store, own))
     optuna.create_study(study_name="other/p/r0", storage=db_url)
     optuna.create_study(study_name="s/p/r0", storage=db_url)  # not a name study s can own
-    assert run_cli("study", "delete", "s", db=db_url).returncode == 0
+    assert invoke_cli("study", "delete", "s", db=db_url).returncode == 0
     assert sorted(optuna.get_all_study_names(db_url)) == ["other/p/r0", "s/p/r0"]

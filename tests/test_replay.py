@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, invoke_cli, launch_on, run_cli
 from tunefw.errors import UserError
 from tunefw.evaluate import method
 from tunefw.evaluate.replay import ReplayEvaluator, ReplaySource, parse_backend
@@ -152,14 +152,14 @@ def test_replay_refuses_other_method_space_and_missing_problem(tmp_path):
 
 
 @pytest.mark.slow
-def test_launch_on_replay_grid_recovers_recorded_best_and_labels(db_url, tmp_path):
+def test_launch_on_replay_grid_recovers_recorded_best_and_labels(db_url, tmp_path, ray_head):
     sweep = read_sweep(ONE)
-    assert run_cli("study", "create", "rp", "--shape", "16x4096x14336", "--family", FAMILY,
-                   "--trials", "64", "--sampler", "grid", db=db_url).returncode == 0
-    bad = run_cli("launch", "rp", "--gpus", "1", "--backend", "replay:/nonexistent", db=db_url)
+    assert invoke_cli("study", "create", "rp", "--shape", "16x4096x14336", "--family", FAMILY,
+                      "--trials", "64", "--sampler", "grid", db=db_url).returncode == 0
+    bad = launch_on(ray_head, "rp", "--gpus", "1", "--backend", "replay:/nonexistent", db=db_url)
     assert bad.returncode == 1 and "no such sweep file or directory" in bad.stderr
-    launched = run_cli("launch", "rp", "--gpus", "2", "--backend",
-                       f"replay:{DECODE2}?delay=0.01", db=db_url)
+    launched = launch_on(ray_head, "rp", "--gpus", "2", "--backend",
+                         f"replay:{DECODE2}?delay=0.01", db=db_url)
     assert launched.returncode == 0, launched.stderr
     assert "REPLAY" in launched.stdout and "device REPLAY NVIDIA H200" in launched.stdout
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
@@ -171,16 +171,16 @@ def test_launch_on_replay_grid_recovers_recorded_best_and_labels(db_url, tmp_pat
         assert evaluator == "replay" and json.loads(fp)["name"] == "REPLAY NVIDIA H200"
         rec = measured[config_key(FAMILY, json.loads(config))]
         assert status == rec.outcome and tflops == rec.tflops
-    shown = json.loads(run_cli("study", "show", "rp", "--json", db=db_url).stdout)
+    shown = json.loads(invoke_cli("study", "show", "rp", "--json", db=db_url).stdout)
     best = shown["problems"][0]["best"]
     assert shown["stats"]["replay"] is True and shown["problems"][0]["evaluated"] == 40
     assert best["confirmed"] and best["config"] == sweep.header["winner"]["config"]
     assert best["ratio"] == pytest.approx(sweep.header["winner"]["ratio"])
-    exported = run_cli("export", str(tmp_path / "d.json"), "--study", "rp", db=db_url)
+    exported = invoke_cli("export", str(tmp_path / "d.json"), "--study", "rp", db=db_url)
     assert exported.returncode == 0 and "REPLAY" in exported.stdout
     table = json.loads((tmp_path / "d.json").read_text())
     assert table["fingerprint"]["replay"] is True
     assert table["fingerprint"]["name"] == "REPLAY NVIDIA H200"
     assert table["entries"][0]["config"] == sweep.header["winner"]["config"]
-    again = run_cli("launch", "rp", "--gpus", "1", "--backend", "sim", db=db_url)
+    again = launch_on(ray_head, "rp", "--gpus", "1", "--backend", "sim", db=db_url)
     assert again.returncode == 1 and "ran on REPLAY NVIDIA H200" in again.stderr

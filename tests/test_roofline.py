@@ -6,7 +6,7 @@ import pytest
 from tunefw.device import H200, spec_for
 from tunefw.measure.bench import add_roofline
 from tunefw.problem import GemmProblem
-from tunefw.roofline import figures, roofline
+from tunefw.measure.roofline import figures, roofline
 
 
 def test_decode_is_memory_bound_and_large_squares_compute_bound():

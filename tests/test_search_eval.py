@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, invoke_cli
 from tunefw.errors import UserError
 from tunefw.evaluate.sweepfile import read_sweep
 from tunefw.tune.search_eval import RunResult, run_search, search_eval
@@ -58,9 +58,9 @@ def test_run_result_metrics():
 
 def test_search_eval_cli_json_and_skips(tmp_path):
     out = tmp_path / "r.json"
-    done = run_cli("search-eval", str(DECODE), str(SWEEPS / "decode_h200" / DECODE.name),
-                   "--samplers", "random,grid", "--seeds", "3", "--budgets", "8,16",
-                   "--out", str(out))
+    done = invoke_cli("search-eval", str(DECODE), str(SWEEPS / "decode_h200" / DECODE.name),
+                      "--samplers", "random,grid", "--seeds", "3", "--budgets", "8,16",
+                      "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "median over 3 seeds" in done.stdout and "grid: median trials to 1/2/5%" in done.stdout
     assert "skipped" in done.stdout
@@ -82,5 +82,5 @@ def test_search_eval_rejects_bad_input():
         search_eval([str(DECODE)], ["gp"], 2, [16])
     with pytest.raises(UserError, match="positive"):
         search_eval([str(DECODE)], ["grid"], 0, [16])
-    bad = run_cli("search-eval", str(DECODE), "--budgets", "a,b")
+    bad = invoke_cli("search-eval", str(DECODE), "--budgets", "a,b")
     assert bad.returncode == 1 and "expected comma-separated integers" in bad.stderr

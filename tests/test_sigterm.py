@@ -1,5 +1,5 @@
 """SIGTERM to a launch stops it like Ctrl-C (issue 16): one line on stderr, a non-zero exit,
-no Ray stack dump, and launching again resumes to exactly the budget."""
+no Ray stack dump, and launching again resumes to exactly the budget (on the session's Ray head)."""
 import json
 import os
 import signal
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, run_cli
+from conftest import REPO, invoke_cli, launch_on
 
 STUDY = """name: term
 trials: 12
@@ -31,16 +31,16 @@ def _rows(db) -> int:
         return 0
 
 
-def test_sigterm_stops_a_launch_in_one_line_and_it_resumes(tmp_path):
+def test_sigterm_stops_a_launch_in_one_line_and_it_resumes(tmp_path, ray_head):
     db = tmp_path / "t.db"
     (tmp_path / "s.yaml").write_text(STUDY)
-    assert run_cli("study", "create", "term", "--from", str(tmp_path / "s.yaml"),
-                   db=str(db)).returncode == 0
+    assert invoke_cli("study", "create", "term", "--from", str(tmp_path / "s.yaml"),
+                      db=str(db)).returncode == 0
     env = {k: v for k, v in os.environ.items() if k != "TUNEFW_DB"}
     launch = subprocess.Popen(
         [sys.executable, "-m", "tunefw", "--db", str(db), "launch", "term", "--backend", "sim",
-         "--gpus", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         "--gpus", "1", "--address", ray_head.address], cwd=REPO, env=dict(env, **ray_head.env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while _rows(db) < 2 and launch.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -54,7 +54,7 @@ def test_sigterm_stops_a_launch_in_one_line_and_it_resumes(tmp_path):
     assert "Traceback" not in err
     done = _rows(db)
     assert 2 <= done < 12
-    again = run_cli("launch", "term", "--backend", "sim", "--gpus", "1", db=str(db), timeout=300)
+    again = launch_on(ray_head, "term", "--backend", "sim", "--gpus", "1", db=str(db))
     assert again.returncode == 0, again.stderr
-    shown = json.loads(run_cli("study", "show", "term", "--json", db=str(db)).stdout)
+    shown = json.loads(invoke_cli("study", "show", "term", "--json", db=str(db)).stdout)
     assert shown["problems"][0]["evaluated"] == 12

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from family_checks import assert_every_knob_reaches_the_cubin_or_the_launch, pool, valid_sample  # noqa: F401
-from tunefw.compiler import sass_check, sass_opcodes
+from tunefw.cuda.compiler import sass_check, sass_opcodes
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.templates import get_family

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from tunefw.cli.app import hoist_db
+from conftest import invoke_cli
 
 
 def test_db_moves_to_the_front_from_anywhere():
@@ -14,12 +15,12 @@ def test_db_moves_to_the_front_from_anywhere():
 
 def test_db_after_the_subcommand_and_tables_whole_in_a_pipe(cli, tmp_path):
     db = f"sqlite:///{tmp_path / 'view.db'}"
-    made = cli("study", "create", "a_rather_long_study_name", "--shape", "16x28672x4096",
-               "--shape", "4097x4096x4096", "--family", "wgmma_sm90", "--db", db)
+    made = invoke_cli("study", "create", "a_rather_long_study_name", "--shape", "16x28672x4096",
+                      "--shape", "4097x4096x4096", "--family", "wgmma_sm90", "--db", db)
     assert made.returncode == 0, made.stderr
     shown = cli("study", "show", "a_rather_long_study_name", "--db", db)  # stdout is a pipe
     assert shown.returncode == 0, shown.stderr
     assert "16x28672x4096 bf16" in shown.stdout and "4097x4096x4096 bf16" in shown.stdout
     assert "…" not in shown.stdout
-    missing = cli("study", "show", "nope", "--db", db)
+    missing = invoke_cli("study", "show", "nope", "--db", db)
     assert missing.returncode != 0 and str(tmp_path / "view.db") in missing.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import invoke_cli
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.export.table import render
@@ -47,7 +48,7 @@ def test_shapes_come_from_a_file_or_are_refused(tmp_path):
         plan("skinny_sm90", [], 1, 0)
 
 
-def test_verify_without_a_gpu_is_one_line(cli):
-    done = cli("verify", "skinny_sm90", "--shapes", "edge", "--sample", "1")
+def test_verify_without_a_gpu_is_one_line():
+    done = invoke_cli("verify", "skinny_sm90", "--shapes", "edge", "--sample", "1")
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == ["tunefw: error: tunefw verify needs a CUDA GPU (none is visible)"]

@@ -2,7 +2,7 @@
 and NVRTC compiles for sm_90a (no spills, HGMMA in the SASS, no local memory).
 
 Results need an H200: benchmarks/wgmma_sm90_gpu_check.py. Compiles go through
-tunefw.compiler.CompilePool (2 workers, a per-session cache) and are sampled to stay near a minute.
+tunefw.cuda.compiler.CompilePool (2 workers, a per-session cache) and are sampled to stay near a minute.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import pytest
 from cubin import kernel_text, sass_instructions
+from space import sample_space, shuffled_valid
 
-from tunefw.compiler import CompilePool, sass_check, sass_opcodes
+from tunefw.cuda.compiler import CompilePool, sass_check, sass_opcodes
 from tunefw.device import A100, H200
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import TEMPLATE_DIR
@@ -28,8 +29,8 @@ LARGE = [BIG, GemmProblem(8192, 8192, 8192), GemmProblem(8192, 28672, 4096),
 
 # ---- compiling (one pool for the module) -----------------------------------------------------
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    with CompilePool(2, cache_dir=tmp_path_factory.mktemp("wgmma_cache"), timeout_s=300) as p:
+def pool():
+    with CompilePool(2, timeout_s=300) as p:  # into the session's cubin cache (conftest)
         yield p
 
 
@@ -148,7 +149,7 @@ def test_check_accepts_edge_shapes_with_small_configs():
 
 def test_the_space_is_mostly_reachable():
     import random
-    configs = random.Random(0).sample(list(T.iter_space()), 20000)
+    configs = sample_space(T, random.Random(0), 20000)
     valid = sum(T.check(c, BIG, H200) is None for c in configs)
     # Samplers draw from the whole space: at least 1 in 10 points must be runnable at 4096^3
     # (BK=128 stages fit few tiles).
@@ -319,11 +320,10 @@ def test_accumulator_limit_matches_ptxas(pool):
 def test_estimates_agree_with_the_compiler(pool):
     """Sampled valid configs: registers = the launch-bound cap, no static smem, no spills, and the
     dynamic shared memory estimate covers the kernel's carve-up (ring + staging + barriers)."""
+    import itertools
     import random
-    rng = random.Random(7)
-    space = list(T.iter_space())
-    rng.shuffle(space)
-    picked = [c for c in space if T.check(c, BIG, H200) is None][:5]  # ~3 s a build
+    # ~3 s a build
+    picked = list(itertools.islice(shuffled_valid(T, random.Random(7), BIG, H200), 5))
     results = compile_all(pool, picked)
     for c, r in zip(picked, results):
         assert r.ok, (c, r.log[-2000:])

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from tunefw.compiler import CompilePool, CompileResult, check_arch, compiler_info, sass_check
+from tunefw.cuda.compiler import CompilePool, CompileResult, check_arch, compiler_info, sass_check
 from tunefw.device import A100, H200, DeviceSpec
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem, parse_shape

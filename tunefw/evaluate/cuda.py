@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from tunefw.compiler import CompileResult, compiler_info
+from tunefw.cuda.compiler import CompileResult, compiler_info
 from tunefw.cuda import driver
 from tunefw.cuda.driver import CudaFailure, classify
 from tunefw.device import DeviceSpec

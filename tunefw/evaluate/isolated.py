@@ -21,7 +21,7 @@ def _child(conn: Connection, cache_dir: str | None, mode: str) -> None:
     """The worker: one CudaEvaluator on cuda:0; a job in, an outcome dict out, until None."""
     import os
 
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
     from tunefw.evaluate.cuda import WARM_UP_S, CudaEvaluator
     from tunefw.templates import get_family
 

@@ -174,7 +174,7 @@ class _BrokenTemplate(KernelTemplate):
 
 def compile_broken_source(spec: TrialSpec) -> str:
     """Really compile broken CUDA (NVRTC, through the compiler) and return the compiler's log."""
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / _BrokenTemplate.source).write_text(BROKEN_KERNEL)

@@ -22,7 +22,7 @@ from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
-from tunefw.roofline import figures, roofline, stream_read_tbs
+from tunefw.measure.roofline import figures, roofline, stream_read_tbs
 from tunefw.runtime.dispatch import DispatchTable
 from tunefw.runtime.dispatcher import Dispatcher
 from tunefw.runtime.plan import current_stream

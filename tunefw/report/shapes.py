@@ -1,5 +1,5 @@
 """Per shape, what a kernel engineer reads off a winner: its ratio to cuBLAS, where it sits on the
-device's roofline (tunefw/roofline.py), and what its launch asks of an SM."""
+device's roofline (tunefw/measure/roofline.py), and what its launch asks of an SM."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.report.data import ProblemReport
-from tunefw.roofline import figures, roofline
+from tunefw.measure.roofline import figures, roofline
 from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO
 from tunefw.templates import FAMILIES
 

@@ -4,7 +4,7 @@
 picks the entry for the shape by the table's rules on this GPU (tunefw/runtime/rules.py:
 exact, bucket, nearest, calibration evidence, cuBLAS routes; then the first-call guard of
 tunefw/runtime/guard.py for non-exact routes), gets its kernel (compiled on first use through
-tunefw.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
+tunefw.cuda.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
 current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS
 routes, CPU tensors, other dtypes, non-contiguous or misaligned operands, shapes no entry can
 serve, a table tuned on another GPU model or compute capability, a SIMULATED table, a kernel
@@ -244,7 +244,7 @@ class Dispatcher:
         shipped = (self._manifest or {}).get("kernels", {}).get(name)
         if shipped and self._manifest["arch"] == arch:
             return shipped["file"], (self.cubin_dir / shipped["file"]).read_bytes(), shipped["lowered_name"]
-        from tunefw.compiler import compile_kernel
+        from tunefw.cuda.compiler import compile_kernel
         result = compile_kernel(FAMILIES[entry.family], entry.config, entry.dtype, arch,
                                 cache_dir=self.cache_dir)
         if not result.ok:

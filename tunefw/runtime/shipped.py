@@ -30,7 +30,7 @@ def read_manifest(cubin_dir: Path) -> dict:
 def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
                 cache_dir: str | Path | None = None) -> dict:
     """Compile every entry's kernel for ``arch`` into ``cubin_dir`` with its manifest; returns it."""
-    from tunefw.compiler import compile_kernel
+    from tunefw.cuda.compiler import compile_kernel
 
     out = Path(cubin_dir)
     out.mkdir(parents=True, exist_ok=True)

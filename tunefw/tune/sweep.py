@@ -99,7 +99,7 @@ def compile_pool(options: LaunchOptions) -> Any:
     """The compiler processes of a cuda launch (None for the others: no cubins)."""
     if options.backend != "cuda":
         return None
-    from tunefw.compiler import CompilePool
+    from tunefw.cuda.compiler import CompilePool
     return CompilePool(cache_dir=options.cache_dir)
 
 

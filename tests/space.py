@@ -1,0 +1,44 @@
+"""Random points of a family's declared space by their index in ``iter_space()`` order: the same
+samples as ``rng.sample(list(family.iter_space()), k)`` and ``rng.shuffle(list(...))`` draw, without
+building millions of dicts (a listed wgmma_sm90 space and a full check() pass took a minute)."""
+from __future__ import annotations
+
+import math
+import random
+from typing import Iterator
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates.base import KernelTemplate
+
+
+def space_size(family: KernelTemplate) -> int:
+    """How many points ``family.iter_space()`` yields."""
+    return math.prod(len(p.values) for p in family.params)
+
+
+def space_point(family: KernelTemplate, index: int) -> dict:
+    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
+    parameter changes fastest)."""
+    values = []
+    for p in reversed(family.params):
+        index, digit = divmod(index, len(p.values))
+        values.append(p.values[digit])
+    return dict(zip(family.param_names, reversed(values)))
+
+
+def sample_space(family: KernelTemplate, rng: random.Random, k: int) -> list[dict]:
+    """What ``rng.sample(list(family.iter_space()), k)`` returns (sample draws by index only)."""
+    return [space_point(family, i) for i in rng.sample(range(space_size(family)), k)]
+
+
+def shuffled_valid(family: KernelTemplate, rng: random.Random, problem: GemmProblem,
+                   device: DeviceSpec) -> Iterator[dict]:
+    """The valid configs of ``rng.shuffle(list(family.iter_space()))``, in that order, checked
+    only as far as the caller reads (shuffle's permutation depends on the length alone)."""
+    order = list(range(space_size(family)))
+    rng.shuffle(order)
+    for i in order:
+        config = space_point(family, i)
+        if family.check(config, problem, device) is None:
+            yield config

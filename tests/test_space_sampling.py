@@ -1,0 +1,29 @@
+"""The tests' index-based space sampling (tests/space.py) draws exactly what listing the space
+and sampling or shuffling the list would."""
+import itertools
+import random
+
+from space import sample_space, shuffled_valid, space_point, space_size
+
+from tunefw.device import H200
+from tunefw.problem import GemmProblem
+from tunefw.templates import FAMILIES, get_family
+
+
+def test_points_by_index_are_the_listed_points():
+    for family in FAMILIES.values():
+        listed = list(itertools.islice(family.iter_space(), 3000))
+        assert [space_point(family, i) for i in range(3000)] == listed
+        assert space_point(family, space_size(family) - 1) == {p.name: p.values[-1]
+                                                               for p in family.params}
+
+
+def test_samples_and_shuffles_match_the_listed_space():
+    family = get_family("skinny_sm90")  # the smallest space: listing it is quick
+    listed = list(family.iter_space())
+    assert space_size(family) == len(listed)
+    assert sample_space(family, random.Random(3), 500) == random.Random(3).sample(listed, 500)
+    problem = GemmProblem(16, 4096, 4096)
+    random.Random(5).shuffle(listed)
+    valid = [c for c in listed if family.check(c, problem, H200) is None][:20]
+    assert list(itertools.islice(shuffled_valid(family, random.Random(5), problem, H200), 20)) == valid

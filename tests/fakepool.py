@@ -77,12 +77,15 @@ class FakePool(WorkerPool):
 
 class FakeCompiler:
     """A compiler pool that compiles nothing: each submit is a finished future, a
-    COMPILE_ERROR where ``fails(config)`` says so; ``submitted`` counts them."""
+    COMPILE_ERROR (no ptxas figures) where ``fails(config)`` says so, else OK with ptxas's
+    figures of ``ptxas(config)``; ``submitted`` counts them."""
 
     workers = 1
 
-    def __init__(self, fails: Callable[[dict], bool]) -> None:
+    def __init__(self, fails: Callable[[dict], bool],
+                 ptxas: Callable[[dict], tuple[int, int, int]] = lambda config: (32, 0, 0)) -> None:
         self.fails = fails
+        self.ptxas = ptxas
         self.submitted = 0
         self.closed = False
 
@@ -90,10 +93,11 @@ class FakeCompiler:
         self.submitted += 1
         bad = self.fails(config)
         future: Future = Future()
+        regs, smem, spills = (None, None, None) if bad else self.ptxas(config)
         future.set_result(CompileResult(Status.COMPILE_ERROR if bad else Status.OK,
                                         None if bad else b"cubin", "kernel",
-                                        "error: fake" if bad else "", 32, 0, 0, 0.25, False,
-                                        "key"))
+                                        "error: fake" if bad else "", regs, smem, spills, 0.25,
+                                        False, "key"))
         return future
 
     def close(self) -> None:

@@ -27,10 +27,14 @@ def test_help_lists_the_commands():
 @pytest.mark.parametrize("args, options", [
     (("launch",), ("--gpus", "--backend", "--address", "--new-round")),
     (("export",), ("--study", "--format", "--allow-mixed-devices")),
-    (("study", "create"), ("--from", "--shape", "--family", "--trials")),
+    (("study", "create"), ("--from", "--shape", "--family", "--trials", "--seed", "--timeout",
+                           "--confirm-top")),
     (("study", "show"), ("--json",)),
-    (("compile",), ("--arch", "--sample", "--check-sass", "--cache-dir")),
+    (("study", "list"), ("--json",)),
+    (("status",), ("--json",)),
+    (("compile",), ("--arch", "--sample", "--check-sass", "--cache-dir", "--shape")),
     (("trial", "show"), ("--json",)),
+    (("trial", "list"), ("--problem", "--outcome", "--top", "--json")),
 ])
 def test_every_subcommand_explains_its_options(args, options):
     result = invoke_cli(*args, "--help")

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from conftest import invoke_cli
 from faults.fault_family import FAULT_DIR, BrokenTemplate, FaultFamily
 from tunefw import templates
 from tunefw.cli.compile import run_compile, sample_configs
-from tunefw.device import H200
+from tunefw.device import A100, H200
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 
@@ -88,3 +90,27 @@ def test_bad_input_is_a_one_line_user_error(tmp_path: Path, kw: dict, message: s
     with pytest.raises(UserError) as info:
         _run(args.pop("family"), args.pop("arch"), tmp_path, **args)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_dynamic_shared_memory_is_shown_beside_ptxas_figures() -> None:
+    """Each compiled config's line: ptxas's registers, static shared memory and spills, and the
+    dynamic shared memory its launch asks for on --shape (the family's estimate, marked, where
+    the config is not valid for that shape)."""
+    family = templates.get_family("mma_sm80")
+    config = dict(family.default_config(), SPLIT_K=16, STAGES=3)
+    for shape, shown in (("4096x4096x4096", None), ("128x128x128", "(est.)")):
+        problem = GemmProblem(*map(int, shape.split("x")))
+        result = invoke_cli("compile", "mma_sm80", "--arch", "sm_80", "--config",
+                            json.dumps(config), "--shape", shape)
+        assert result.returncode == 0, result.stdout + result.stderr
+        (line,) = _config_lines(result.stdout)
+        figures = re.search(r"regs +(\d+)  static smem +(\d+) B  spill +(\d+) B  "
+                            r"dynamic smem +(\d+) B( \(est\.\))?", line)
+        assert figures, line
+        regs, static, spill, dynamic = map(int, figures.groups()[:4])
+        assert regs > 0 and static == 0 and spill == 0
+        if shown is None:
+            assert dynamic == family.launch(config, problem, A100).smem_bytes == 49152
+            assert figures.group(5) is None
+        else:
+            assert dynamic == family.estimate(config).smem_bytes and figures.group(5) == " (est.)"

@@ -21,6 +21,7 @@ from pgdb import pg_url  # noqa: F401  (fixture)
 
 READ_COMMANDS = [
     ("study", "list"), ("study", "show", "s"), ("status",), ("trial", "show", "1"),
+    ("trial", "list", "s"),
     ("export", "{tmp}/out.json", "--study", "s"), ("report", "s", "--html", "{tmp}/r.html"),
 ]
 NEEDS_A_DATABASE = READ_COMMANDS + [("study", "delete", "s"), ("db", "upgrade"),

@@ -145,7 +145,8 @@ def test_a_key_given_twice_is_refused(tmp_path):
     (("study", "create", "x" * 300, "--shape", "64x64x64"), "name='xxx"),
     (("study", "create", "big", "--shape", "100000000000000000000x64x64"), "2^31-1"),
     (("study", "create", "big", "--shape", "1000000000000x64x64"), "2^31-1"),
-    (("study", "create", "t", "--shape", "64x64x64", "--trials", "1000000000000"), "trials="),
+    (("study", "create", "t", "--shape", "64x64x64", "--trials", "1000000000000"),
+     "--trials 1000000000000: expected an integer 1..100000"),
 ])
 def test_cli_names_and_sizes_refused_database_unchanged(capsys, db_urls, args, needle):
     for url in db_urls:

@@ -3,6 +3,7 @@ and the others name that one; a stale lease (no heartbeat, or a dead pid on this
 over; the heartbeat advances; a launch that lost its lease writes no row; the row is gone after."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -128,6 +129,9 @@ def test_a_live_lease_refuses_another_launch_and_a_delete(study, store_url):
         "tunefw: error: study 'l' is being launched by gpu-node-7 pid 4242 since ")
     shown = invoke_cli("--db", store_url, "status")
     assert "launched by gpu-node-7 pid 4242 since " in shown.stdout
+    (listed,) = json.loads(invoke_cli("--db", store_url, "status", "--json").stdout)
+    assert (listed["lease"]["host"], listed["lease"]["pid"], listed["lease"]["stale"]) == (
+        "gpu-node-7", 4242, None)
     assert [r["pid"] for r in _lease_rows(store)] == [4242]  # the refusals changed nothing
 
 

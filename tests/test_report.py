@@ -113,9 +113,17 @@ def _attainable(shape: str) -> float:
 
 def _seed(db_url: str) -> list[int]:
     """Two problems on the SIMULATED H200: the first's winner beats cuBLAS (1.1), the second's
-    loses (140 of 150 TFLOP/s). Returns the winners' trial ids."""
+    loses (140 of 150 TFLOP/s); the first winner's row holds ptxas's figures (as a compiled
+    trial's does), the second's none (as a simulated one's). Returns the winners' trial ids."""
+    from tunefw.store import open_store
+    from tunefw.store.models import Trial
     winner_ids = seed_study(db_url, "r", SHAPES, trials=5)
     _set_rows(db_url, "r", {0: 165.0})
+    store = open_store(db_url)
+    with store.session() as s:
+        t = s.get(Trial, winner_ids[0])
+        t.ptxas_regs, t.ptxas_smem_bytes, t.ptxas_spill_bytes = 154, 1024, 0
+    store.close()
     return winner_ids
 
 
@@ -160,7 +168,9 @@ def test_winners_table_has_a_column_per_knob_and_marks_losses(simulated):
                            "cuBLAS TFLOP/s", "TB/s", "bound", "% of roofline",
                            "cuBLAS % of roofline", "confirmed", "trial"]
     assert header[12:12 + len(KNOBS)] == KNOBS
-    assert header[12 + len(KNOBS):] == ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
+    assert header[12 + len(KNOBS):] == ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B",
+                                        "regs/thread (ptxas)", "static smem B (ptxas)",
+                                        "spill B (ptxas)"]
     cells = [dict(zip(header, row)) for row in rows]
     assert [c["problem"] for c in cells] == LABELS
     assert [(c["ratio"], c["vs cuBLAS"], c["TFLOP/s"], c["screen ratio"]) for c in cells] == [
@@ -174,6 +184,8 @@ def test_winners_table_has_a_column_per_knob_and_marks_losses(simulated):
     seeds = FAMILIES["mma_sm80"].seed_configs()
     assert [[c[k] for k in KNOBS] for c in cells] == [[str(seeds[4][k]) for k in KNOBS]] * 2
     assert all(int(c["threads"]) > 0 and int(c["dynamic smem B"]) > 0 for c in cells)
+    assert [(c["regs/thread (ptxas)"], c["static smem B (ptxas)"], c["spill B (ptxas)"])
+            for c in cells] == [("154", "1024", "0"), ("-", "-", "-")]
     outcomes = parsed.tables["outcomes"][0]["rows"]
     assert outcomes[0][0] == "problem" and outcomes[0][-1] == "evaluated" and "OK" in outcomes[0]
     assert [row[0] for row in outcomes[1:]] == LABELS

@@ -72,6 +72,10 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
             [1, 1, 1, 1] if revision == "0001" else [1, 2, 1, 1])
         assert study.stats == (None if revision == "0001" else {"trials": 4, "trials_per_s": 3.1})
         assert [t.retry_of for t in trials] == [None] * 4 + ([None, 5] if lost else [])
+        ptxas = [(t.ptxas_regs, t.ptxas_smem_bytes, t.ptxas_spill_bytes) for t in trials]
+        assert ptxas[:2] == ([(168, 0, 0), (122, 0, 16)] if revision >= "0004"
+                             else [(None, None, None)] * 2)  # older files compiled unrecorded
+        assert ptxas[2:] == [(None, None, None)] * (len(trials) - 2)
         (winner,) = s.query(Winner).all()
         assert (winner.problem_id, winner.trial_id, winner.tflops, winner.confirmed) == (
             1, 1, 690.0, True)
@@ -79,9 +83,9 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
                        "src", 2)  # and it takes new rows
         leases = [(row.study_id, row.host, row.pid, row.beats)
                   for row in s.query(LaunchLease).all()]
-        assert leases == ([(1, "gpu-node-7", 4242, 12)] if revision >= "0004" else [])
+        assert leases == ([(1, "gpu-node-7", 4242, 12)] if revision >= "0005" else [])
     lease = take(store.engine, 1, "frozen")  # a launch takes the lease (over a killed one's)
-    assert (lease.took_over is not None) == (revision >= "0004")
+    assert (lease.took_over is not None) == (revision >= "0005")
     lease.release()
     store.close()
     shown = json.loads(invoke_cli("--db", url, "study", "show", "frozen", "--json").stdout)

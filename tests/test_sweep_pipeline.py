@@ -155,11 +155,12 @@ def test_a_time_limit_reached_at_once_runs_nothing_and_confirms_nothing(store):
     assert all(t.status in NOT_COUNTED for t in _rows(store))
 
 
-def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store):
+def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store, db_url):
     """Every evaluated config goes through the compiler first; a failed compile never reaches a
     worker, is stored with its compile time and counts against the budget."""
     _study(store, trials=6, shapes=SHAPES[:1])
-    compiler = FakeCompiler(fails=lambda config: config["STAGES"] % 2 == 0)
+    compiler = FakeCompiler(fails=lambda config: config["STAGES"] % 2 == 0,
+                            ptxas=lambda config: (100 + config["STAGES"], 512, 8))
     pool = FakePool(workers=2)
     sweep = Sweep(store, "s", LaunchOptions(gpus=2, backend="sim"),
                   pool_factory=lambda opts, spec, replay: pool,
@@ -169,6 +170,14 @@ def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store):
     failed = [t for t in evaluated if t.status == "COMPILE_ERROR"]
     assert len(evaluated) == 6 and failed and all(t.compile_s == 0.25 for t in evaluated)
     assert all(t.config["STAGES"] % 2 == 0 and t.log == "error: fake" for t in failed)
+    # each row keeps ptxas's figures for its kernel; a failed compile has none
+    assert [(t.ptxas_regs, t.ptxas_smem_bytes, t.ptxas_spill_bytes) for t in evaluated] == [
+        (None, None, None) if t.status == "COMPILE_ERROR" else (100 + t.config["STAGES"], 512, 8)
+        for t in evaluated]
+    ok = next(t for t in evaluated if t.status == "OK")
+    shown = invoke_cli("trial", "show", str(ok.id), db=db_url)
+    assert (f"ptxas: {100 + ok.config['STAGES']} registers/thread, 512 B static shared memory, "
+            "8 B spilled") in shown.stdout.splitlines()
     ran = [j for j in pool.jobs if j.kind == "evaluate"]
     assert len(ran) == 6 - len(failed) and all(j.compiled.cubin == b"cubin" for j in ran)
     confirmed = [j for j in pool.jobs if j.kind == "confirm"]

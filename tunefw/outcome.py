@@ -69,6 +69,11 @@ class Outcome:
     gpu: str = ""  # the worker's CUDA_VISIBLE_DEVICES / UUID
     evaluator: str = ""  # "sim" | "cuda"
     compile_s: float | None = None
+    # ptxas's figures for the kernel (tunefw.cuda.compiler.CompileResult): registers per thread,
+    # static shared memory and spill bytes; None where nothing was compiled
+    ptxas_regs: int | None = None
+    ptxas_smem_bytes: int | None = None
+    ptxas_spill_bytes: int | None = None
     busy_s: float = 0.0  # time the GPU spent on this trial's work (load, verify, time)
     poisoned: bool = False  # the worker's CUDA context is unusable: the pool must restart it
 

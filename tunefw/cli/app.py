@@ -15,7 +15,9 @@ from tunefw.cli.dispatch import dispatch_app
 from tunefw.cli.kernels import compile_cmd, family_cmd
 from tunefw.cli.launch import launch
 from tunefw.cli.results import bench_cmd, export_cmd, report_cmd, search_eval_cmd
-from tunefw.cli.study import db_app, status, study_app, trial_app
+from tunefw.cli.status import db_app, status
+from tunefw.cli.study import study_app
+from tunefw.cli.trials import trial_app
 from tunefw.cli.verify import verify_cmd
 from tunefw.templates import FAMILIES
 

@@ -73,12 +73,22 @@ def sample_configs(template: KernelTemplate, problem: GemmProblem, device: Devic
     return list(found.values())
 
 
-def _line(config: dict, result: CompileResult, sass_reason: str | None) -> str:
+def dynamic_smem(template: KernelTemplate, config: dict, problem: GemmProblem,
+                 device: DeviceSpec) -> str:
+    """The dynamic shared memory a config asks for: its launch plan's for the problem, or the
+    family's estimate (marked) where the config is not valid for it."""
+    if template.check(config, problem, device) is None:
+        return f"{template.launch(config, problem, device).smem_bytes:>6} B"
+    return f"{template.estimate(config).smem_bytes:>6} B (est.)"
+
+
+def _line(config: dict, result: CompileResult, sass_reason: str | None,
+          dynamic: str | None) -> str:
     label = "SASS" if result.ok and sass_reason else ("ok" if result.ok else result.status.value)
     state = f"[{'green' if label == 'ok' else 'red'}]{label:<15}[/]"
     origin = "cached  " if result.cached else "compiled"
-    figures = (f"regs {result.regs:>3}  smem {result.smem:>6} B  spill {result.spill_bytes:>4} B"
-               if result.ok else "")
+    figures = (f"regs {result.regs:>3}  static smem {result.smem:>6} B  spill "
+               f"{result.spill_bytes:>4} B  dynamic smem {dynamic}" if result.ok else "")
     text = (f"{state} {result.seconds * 1e3:8.1f} ms  {origin}  {figures}  "
             f"{escape(json.dumps(config, separators=(',', ':')))}")
     if sass_reason:
@@ -93,7 +103,8 @@ def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str
                 console: Console | None = None, source_dir: Path | None = None,
                 shape: str | None = None) -> int:
     """Compile configs of a family (sampled valid for ``shape``, default 4096^3), print one line
-    each and a summary; 1 if any failed."""
+    each (ptxas's registers, static shared memory and spills; the dynamic shared memory the
+    launch asks for on ``shape``) and a summary; 1 if any failed."""
     console = console or Console()
     template = get_family(family)
     device = device_for_arch(arch)
@@ -121,7 +132,8 @@ def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str
                            if check_sass and result.ok else None)
             failed += (not result.ok) or bool(sass_reason)
             results.append(result)
-            console.print(_line(config, result, sass_reason), soft_wrap=True)
+            dynamic = dynamic_smem(template, config, problem, device) if result.ok else None
+            console.print(_line(config, result, sass_reason, dynamic), soft_wrap=True)
     console.print(_summary(results, failed))
     return 1 if failed else 0
 

@@ -44,10 +44,12 @@ def compile_cmd(
                                     "(HGMMA for wgmma_sm90, HMMA otherwise)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16."),
-    shape: str = typer.Option("4096x4096x4096", "--shape",
-                              help="MxNxK the configs are sampled and checked for."),
+    shape: str = typer.Option("4096x4096x4096", "--shape", metavar="MxNxK",
+                              help="The problem the configs are sampled and checked for, and "
+                              "whose launch sets the dynamic shared memory shown."),
 ) -> None:
-    """Compile sampled (or given) configs without a GPU; report registers, smem, spills."""
+    """Compile sampled (or given) configs without a GPU; report ptxas's registers, static
+    shared memory and spills, and the dynamic shared memory each launch asks for on --shape."""
     from tunefw.cli.compile import run_compile
     code = run_compile(family, arch, sample, seed, config, check_sass, cache_dir, dtype, out,
                        shape=shape)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -61,8 +62,11 @@ def launch(
                                                "finish those in flight; launch again to resume."),
 ) -> None:
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
+    started_at = time.monotonic()
     from tunefw.cli.progress import LaunchProgress
+    from tunefw.cli.startup import expected_device, startup_lines
     from tunefw.store import queries as q
+    from tunefw.study.spec import StudySpec
     from tunefw.tune.interrupt import stop_on_sigterm
     from tunefw.tune.sweep import LaunchOptions, Sweep
 
@@ -71,20 +75,27 @@ def launch(
                         "seconds")
     store = open_db("write")  # a launch without a database has no study to run
     with store.session() as s:
-        name = q.get_study(s, study).name  # fail on an unknown study before Ray starts
+        row = q.get_study(s, study)  # fail on an unknown study before Ray starts
+        name, spec = row.name, StudySpec.from_dict(row.spec)
     chosen = _pick_backend(backend, gpus, address)
+    replay = backend if chosen == "replay" else None
+    device = expected_device(chosen, replay, address)
+    for line in startup_lines(spec, chosen, gpus, device):  # within a second, before Ray
+        out.print(line, markup=False, highlight=False)
     stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
-                            cache_dir=cache_dir, time_limit_s=time_limit,
-                            replay=backend if chosen == "replay" else None)
-    with LaunchProgress(out) as progress:
+                            cache_dir=cache_dir, time_limit_s=time_limit, replay=replay,
+                            started_at=started_at)
+    with LaunchProgress(out, spaces_for=spec if device is None else None) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
     if not stats["trials"]:
         out.print(f"study {name}: nothing left to run (every problem has its budget)")
         return
+    first = stats["first_trial_s"]
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
+              + ("" if first is None else f", first trial {first:.1f} s after launch")
               + (" [SIMULATED]" if stats["simulated"] else "")
-              + (" [REPLAY]" if stats.get("replay") else ""))
+              + (" [REPLAY]" if stats.get("replay") else ""), markup=False, highlight=False)
     if stats["stopped_at_time_limit"]:
         out.print("time limit reached: trials in flight were finished; launch again to resume")

@@ -1,4 +1,6 @@
-"""Live launch display (rich): per problem trials done, best ratio to cuBLAS so far, trials/s."""
+"""Live launch display (rich): per problem trials done, the best ratio to cuBLAS screened so far,
+trials/s; then each problem's confirmed best. Every line with a figure says SIMULATED or REPLAY
+where the figures are not measurements."""
 from __future__ import annotations
 
 import time
@@ -6,11 +8,17 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tunefw.cli.render import number, ratio, tag
+from tunefw.cli.startup import KIND, space_lines
+from tunefw.study.spec import StudySpec
+
 
 class LaunchProgress:
-    """A context manager whose ``hook(event, data)`` the sweep calls as things happen."""
+    """A context manager whose ``hook(event, data)`` the sweep calls as things happen;
+    ``spaces_for``: the study whose families' spaces to print once the workers report their
+    device (None: the start-up summary already did)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, spaces_for: StudySpec | None = None) -> None:
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
@@ -19,7 +27,8 @@ class LaunchProgress:
         self.tasks: dict[int, int] = {}
         self.start = time.monotonic()
         self.finished = 0
-        self.label = ""
+        self.kind: str | None = None
+        self.spaces_for = spaces_for
 
     def __enter__(self) -> "LaunchProgress":
         self.progress.__enter__()
@@ -32,28 +41,20 @@ class LaunchProgress:
         elapsed = max(time.monotonic() - self.start, 1e-9)
         return f"{self.finished / elapsed:.2f} trials/s"
 
+    def _print(self, text: str) -> None:
+        self.progress.console.print(text, markup=False, highlight=False)
+
     def hook(self, event: str, data: dict) -> None:
         if event == "start":
-            sim, replay = data["backend"] == "sim", data["backend"] == "replay"
-            self.label = " SIM" if sim else " REPLAY" if replay else ""
-            self.console.print(f"launch [bold]{data['study']}[/] on {len(data['workers'])} "
-                               f"worker(s) {data['workers']} - device {data['device']}"
-                               + (" [bold yellow](SIMULATED)[/]" if sim else "")
-                               + (" [bold yellow](REPLAY)[/]" if replay else ""))
-            for row in data["problems"]:
-                self.tasks[row["id"]] = self.progress.add_task(
-                    f"{row['key']}{self.label}", total=row["budget"],
-                    completed=min(row["evaluated"], row["budget"]), best=self._best(row),
-                    rate="")
+            self._start(data)
         elif event == "trial":
             row = data["problem"]
             self.finished += 1
             if not self.console.is_terminal:  # logs get a line per trial, not a redrawn bar
                 tflops = f"{data['tflops']:.1f} TFLOP/s" if data["tflops"] else ""
-                ratio = f" {data['ratio']:.3f}x cuBLAS" if data["ratio"] else ""
-                self.console.print(f"trial {data['trial_id']} {row['key']} {data['status']} "
-                                   f"{tflops}{ratio} gpu {data['gpu']}", markup=False,
-                                   highlight=False)
+                shown = f" {data['ratio']:.3f}x cuBLAS" if data["ratio"] else ""
+                self._print(f"trial {data['trial_id']} {row['key']} {data['status']} "
+                            f"{tflops}{shown} gpu {data['gpu']}{tag(self.kind)}")
             self.progress.update(self.tasks[row["id"]],
                                  completed=min(row["evaluated"], row["budget"]),
                                  best=self._best(row), rate=self._rate())
@@ -63,9 +64,31 @@ class LaunchProgress:
         elif event == "lease":  # a stale launch lease taken over
             self.console.print(data["line"], markup=False, highlight=False)
         elif event == "confirm":
-            self.progress.console.print(f"confirming {data['configs']} top config(s) against "
-                                        "cuBLAS (interleaved, longer runs)")
+            self._print(f"confirming {data['configs']} top config(s) against cuBLAS "
+                        "(interleaved, longer runs)")
+        elif event == "confirmed":
+            for w in data["winners"]:
+                screened = (f" (screened {ratio(w['screen_ratio'])})"
+                            if ratio(w["screen_ratio"]) != ratio(w["ratio"]) else "")
+                self._print(f"{w['key']}: confirmed best {ratio(w['ratio'])} cuBLAS, "
+                            f"{number(w['tflops'])} TFLOP/s, trial {w['trial_id']}{screened}"
+                            f"{tag(self.kind)}")
+
+    def _start(self, data: dict) -> None:
+        self.kind = KIND.get(data["backend"])
+        self.console.print(f"launch [bold]{data['study']}[/] on {len(data['workers'])} "
+                           f"worker(s) {data['workers']} - device {data['device']}"
+                           + (f" [bold yellow]({self.kind})[/]" if self.kind else ""))
+        if self.spaces_for is not None:
+            for line in space_lines(self.spaces_for, data["families"], data["device_spec"],
+                                    data["backend"]):
+                self._print(line)
+        for row in data["problems"]:
+            self.tasks[row["id"]] = self.progress.add_task(
+                f"{row['key']}{' ' + self.kind if self.kind else ''}", total=row["budget"],
+                completed=min(row["evaluated"], row["budget"]), best=self._best(row), rate="")
 
     @staticmethod
     def _best(row: dict) -> str:
-        return f"best {row['best']:.3f}x cuBLAS" if row["best"] else "best -"
+        return (f"screened best {row['best']:.3f}x cuBLAS" if row["best"]
+                else "screened best -")

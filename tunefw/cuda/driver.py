@@ -78,6 +78,16 @@ def device_spec(dev: Any, name: str, cc: int) -> DeviceSpec:
                     attribute(dev, "L2_CACHE_SIZE"))
 
 
+def local_spec(index: int = 0) -> DeviceSpec:
+    """The limits of CUDA device ``index`` read without creating a context (what a launch
+    expects its local workers to report)."""
+    dev = device(index)
+    raw = check(cu.cuDeviceGetName(256, dev), "setup", "cuDeviceGetName")
+    cc = (10 * attribute(dev, "COMPUTE_CAPABILITY_MAJOR")
+          + attribute(dev, "COMPUTE_CAPABILITY_MINOR"))
+    return device_spec(dev, raw.split(b"\0")[0].decode(), cc)
+
+
 def device_uuid(dev: Any) -> str:
     """GPU-xxxxxxxx-xxxx-... as nvidia-smi prints it."""
     h = bytes(check(cu.cuDeviceGetUuid(dev), "setup", "cuDeviceGetUuid").bytes).hex()

@@ -58,6 +58,12 @@ def replay_fingerprint(sweep: Sweep) -> dict:
     return fp
 
 
+def recorded_device(sweep: Sweep) -> DeviceSpec:
+    """The limits of the device a sweep was recorded on (the H200's where tunefw declares none
+    for it)."""
+    return KNOWN_DEVICES.get(sweep.header["fingerprint"].get("name", ""), H200)
+
+
 class ReplaySource:
     """The sweeps under one path, by problem key."""
 
@@ -122,8 +128,7 @@ class ReplayEvaluator:
 
     def device_spec(self) -> DeviceSpec:
         """The recorded device's limits (check() decides validity as it did there)."""
-        fp = next(iter(self.source.sweeps.values())).header["fingerprint"]
-        return KNOWN_DEVICES.get(fp.get("name", ""), H200)
+        return recorded_device(next(iter(self.source.sweeps.values())))
 
     def _lookup(self, spec: TrialSpec):
         problem = GemmProblem(**spec.problem)

@@ -42,12 +42,6 @@ class ProblemReport:
     best: dict | None  # queries.problem_summary's best: the winner, else the best OK trial
 
     @property
-    def screen_ratio(self) -> float | None:
-        """The best config's ratio as its trial screened it (a confirmation re-times it)."""
-        trial_id = (self.best or {}).get("trial_id")
-        return next((t.ratio for t in self.trials if t.id == trial_id), None)
-
-    @property
     def curve(self) -> list[float | None]:
         """Best ratio so far after each evaluated trial."""
         return best_so_far(self.trials)

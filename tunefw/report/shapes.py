@@ -70,7 +70,8 @@ def shape_roof(problem: GemmProblem, device: DeviceSpec, tflops: float | None,
 @dataclass(frozen=True)
 class LaunchFacts:
     """What one block of a config asks for: the launch plan's CTAs, threads and dynamic shared
-    memory, and the family's register estimate (ptxas' own figures are not stored)."""
+    memory, and the family's register estimate (ptxas's figures are the trial's: stored with
+    its row)."""
 
     ctas: int
     threads: int

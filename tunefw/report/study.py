@@ -91,9 +91,10 @@ def study_html(data: StudyReport) -> str:
     """The report page of a study."""
     winners = section("winners", "Winning configs", winners_tables(data), note(
         "ratio, TFLOP/s: the confirmation's interleaved re-timing where confirmed; screen "
-        "ratio: the same config's trial, as the search saw it. regs/thread is the family's analytic estimate (its validity check uses it); ptxas' "
-        "register count, static shared memory and spill bytes are not stored in the database "
-        "(`tunefw compile FAMILY --arch ARCH --config JSON` prints them). CTAs, threads and "
+        "ratio: the same config's trial, as the search saw it. regs/thread (est.) is the "
+        "family's analytic estimate (its validity check uses it); the (ptxas) columns are what "
+        "ptxas reported for the trial's kernel, empty where nothing was compiled (the "
+        "simulated device, a replay, a database older than these columns). CTAs, threads and "
         "dynamic shared memory are the launch plan's."))
     return page(f"tunefw study {data.name} (round {data.round})", data.kind, [
         summary_html(data), _ratio_section(data), _roofline_section(data),

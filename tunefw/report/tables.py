@@ -13,6 +13,7 @@ from tunefw.templates import FAMILIES
 FIXED = ["problem", "vs cuBLAS", "ratio", "screen ratio", "TFLOP/s", "cuBLAS TFLOP/s", "TB/s", "bound",
          "% of roofline", "cuBLAS % of roofline", "confirmed", "trial"]
 LAUNCH = ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
+PTXAS = ["regs/thread (ptxas)", "static smem B (ptxas)", "spill B (ptxas)"]
 
 
 def _percent(value: float | None) -> str | None:
@@ -24,19 +25,21 @@ def _ratio(value: float | None) -> str | None:
 
 
 def _row(data: StudyReport, p: ProblemReport, knobs: list[str]) -> list:
-    """One winners row: verdict, ratios, rates, roofline, the config's knobs, launch facts."""
+    """One winners row: verdict, ratios, rates, roofline, the config's knobs, launch facts,
+    ptxas's figures for the winning trial's kernel."""
     b = p.best or {}
     ratio = ratio_of(p)
     roof = (shape_roof(p.problem, data.device, b["tflops"], b["cublas_tflops"])
             if data.device else None)
     facts = launch_facts(b["family"], b["config"], p.problem, data.device) if data.device else None
-    return [p.label, verdict(ratio), _ratio(ratio), _ratio(p.screen_ratio), b["tflops"],
+    return [p.label, verdict(ratio), _ratio(ratio), _ratio(b.get("screen_ratio")), b["tflops"],
             b["cublas_tflops"], roof.tbs if roof else None, roof.bound if roof else None,
             _percent(roof.fraction) if roof else None,
             _percent(roof.cublas_fraction) if roof else None, b["confirmed"], b["trial_id"],
             *(b["config"].get(k) for k in knobs),
             *((facts.ctas, facts.threads, facts.regs_estimate, facts.dynamic_smem) if facts
-              else (None,) * len(LAUNCH))]
+              else (None,) * len(LAUNCH)),
+            b.get("ptxas_regs"), b.get("ptxas_smem_bytes"), b.get("ptxas_spill_bytes")]
 
 
 def winners_tables(data: StudyReport) -> str:
@@ -50,7 +53,7 @@ def winners_tables(data: StudyReport) -> str:
             {k for p in data.problems if (p.best or {}).get("family") == family
              for k in p.best["config"]})
         mine = [p for p in data.problems if (p.best or {}).get("family") == family]
-        table = table_html(FIXED + knobs + LAUNCH, [_row(data, p, knobs) for p in mine], left=2,
+        table = table_html(FIXED + knobs + LAUNCH + PTXAS, [_row(data, p, knobs) for p in mine], left=2,
                            cls="winners", row_classes=["loss" if is_loss(ratio_of(p)) else ""
                                                        for p in mine],
                            cell_classes={1: "verdict"})

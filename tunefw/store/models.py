@@ -90,6 +90,10 @@ class Trial(Base):
     gpu: Mapped[str] = mapped_column(String(128), default="")
     evaluator: Mapped[str] = mapped_column(String(16), default="")
     compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # ptxas's figures for the compiled kernel (None where nothing was compiled)
+    ptxas_regs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ptxas_smem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)  # static
+    ptxas_spill_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     reused_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # the WORKER_LOST row of the attempt before this one (its worker died under it)

@@ -100,7 +100,9 @@ def record_trial(s: Session, study: Study, problem: Problem, family: str, config
         rel_err=outcome.rel_err, cublas_tflops=outcome.cublas_tflops,
         fingerprint=outcome.fingerprint, fingerprint_key=fingerprint_key(outcome.fingerprint)
         if outcome.fingerprint else "", gpu=outcome.gpu, evaluator=outcome.evaluator,
-        compile_s=outcome.compile_s, attempts=attempts, reused_from=reused_from,
+        compile_s=outcome.compile_s, ptxas_regs=outcome.ptxas_regs,
+        ptxas_smem_bytes=outcome.ptxas_smem_bytes, ptxas_spill_bytes=outcome.ptxas_spill_bytes,
+        attempts=attempts, reused_from=reused_from,
         retry_of=retry_of)
     s.add(row)
     s.flush()
@@ -110,6 +112,20 @@ def record_trial(s: Session, study: Study, problem: Problem, family: str, config
 def problem_trials(s: Session, study: Study, problem: Problem) -> list[Trial]:
     return list(s.scalars(select(Trial).where(
         Trial.problem_id == problem.id, Trial.round == study.round).order_by(Trial.id)))
+
+
+def study_trials(s: Session, study: Study, problem: GemmProblem | None = None,
+                 status: str | None = None) -> list[tuple[Trial, Problem]]:
+    """The round's trials of a study with their problems, by id; ``problem`` keeps those of
+    one shape (any dtype), ``status`` those of one outcome."""
+    query = select(Trial, Problem).join(Problem, Trial.problem_id == Problem.id).where(
+        Trial.study_id == study.id, Trial.round == study.round)
+    if problem is not None:
+        query = query.where(Problem.M == problem.M, Problem.N == problem.N,
+                            Problem.K == problem.K)
+    if status is not None:
+        query = query.where(Trial.status == status)
+    return [(t, p) for t, p in s.execute(query.order_by(Trial.id))]
 
 
 def find_reusable(s: Session, problem: GemmProblem, key: str, source_hash: str,
@@ -180,14 +196,23 @@ def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
         best = {"family": winner.family, "config": winner.config, "tflops": winner.tflops,
                 "trial_id": winner.trial_id, "cublas_tflops": winner.cublas_tflops,
                 "ratio": cublas_ratio(winner.tflops, winner.cublas_tflops),
-                "confirmed": winner.confirmed}
+                "confirmed": winner.confirmed, **_screen(s.get(Trial, winner.trial_id))}
     else:
         t = best_trial(s, problem, study.round)
         if t is not None:
             best = {"family": t.family, "config": t.config, "tflops": t.tflops,
                     "trial_id": t.id, "cublas_tflops": t.cublas_tflops, "ratio": t.ratio,
-                    "confirmed": False}
+                    "confirmed": False, **_screen(t)}
     return {"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
             "label": problem.label, "evaluated": evaluated,
             "ok": counts.get(Status.OK.value, 0), "outcomes": dict(sorted(counts.items())),
             "best": best}
+
+
+def _screen(t: Trial | None) -> dict:
+    """What the best config's own trial measured (a confirmation re-times it): its screen
+    figures and ptxas's view of its kernel."""
+    return {"screen_ratio": t.ratio if t else None, "screen_tflops": t.tflops if t else None,
+            "ptxas_regs": t.ptxas_regs if t else None,
+            "ptxas_smem_bytes": t.ptxas_smem_bytes if t else None,
+            "ptxas_spill_bytes": t.ptxas_spill_bytes if t else None}

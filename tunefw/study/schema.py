@@ -218,3 +218,14 @@ def describe(exc: ValidationError) -> str:
         return f"{where}: expected {expected}"
     return f"{where}={_short(e['input'])}: expected {expected}"
 
+
+
+def field_error(field: str, value: Any) -> str | None:
+    """What a study file's top-level ``field`` expects where ``value`` breaks it (the command
+    line's options are checked by the file's rules), e.g. 'expected an integer 0..100'; None
+    where the value is fine."""
+    try:
+        StudyFile.model_validate({field: value})
+    except ValidationError as exc:
+        return describe(exc).split(": ", 1)[-1]
+    return None

@@ -18,12 +18,14 @@ def pick_confirmed(rows: list[tuple[int, Outcome]]) -> tuple[int, Outcome]:
 
 
 class Confirmer:
-    """Confirms a round's top ``top`` configs per problem and stores the winners."""
+    """Confirms a round's top ``top`` configs per problem, stores the winners and reports them
+(event "confirmed": each winner's confirmed and screened ratio)."""
 
     def __init__(self, pipeline: Pipeline, round_: int, top: int) -> None:
         self.pipeline = pipeline
         self.round = round_
         self.top = top
+        self.screened: dict[int, float | None] = {}  # trial id -> the ratio its screen measured
 
     def jobs(self) -> list[Job]:
         """One confirm job per top config of each problem (context: problem id, trial id)."""
@@ -31,6 +33,7 @@ class Confirmer:
         with self.pipeline.recorder.store.session() as s:
             for st in self.pipeline.states.values():
                 for t in q.top_trials(s, st.row, self.round, self.top):
+                    self.screened[t.id] = t.ratio
                     spec = self.pipeline.trial_spec(st, t.optuna_trial or t.id, t.family,
                                                     t.config)
                     jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id)))
@@ -49,4 +52,9 @@ class Confirmer:
                 results.setdefault(problem_id, []).append((trial_id, outcome))
         picked = {problem_id: pick_confirmed(rows) for problem_id, rows in results.items()}
         self.pipeline.recorder.winners(picked)
+        states = self.pipeline.states
+        self.pipeline.progress("confirmed", {"winners": [
+            {"key": states[problem_id].row.key, "trial_id": trial_id, "ratio": best.ratio,
+             "tflops": best.tflops, "screen_ratio": self.screened.get(trial_id)}
+            for problem_id, (trial_id, best) in picked.items()]})
         return picked

@@ -80,6 +80,7 @@ class Pipeline:
         self.pending: list[Job] = []  # ready to run on a worker
         self.compiling: list[tuple[Any, Job]] = []
         self.times = LoopTimes()
+        self.first_result_at: float | None = None  # time.monotonic() of the first trial's result
 
     def trial_spec(self, st: ProblemState, trial_id: int, family: str,
                    config: dict) -> TrialSpec:
@@ -199,10 +200,12 @@ class Pipeline:
                                 "ratio": outcome.ratio, "gpu": outcome.gpu})
 
     def _job_done(self, job: Job, outcome: Outcome) -> None:
+        if self.first_result_at is None:
+            self.first_result_at = time.monotonic()
         problem_id, trial, key = job.context
         st = self.states[problem_id]
-        if job.compiled is not None and outcome.compile_s is None:
-            outcome.compile_s = getattr(job.compiled, "seconds", None)
+        if job.compiled is not None:
+            compiled_figures(outcome, job.compiled)
         if job.retry_of is not None:
             outcome.log = f"retry of trial {job.retry_of} (its worker died)\n{outcome.log}"
         self.finish(st, _row(job), outcome, trial, job.attempt, retry_of=job.retry_of)
@@ -264,9 +267,9 @@ class Pipeline:
                 job.compiled = result
                 self.pending.append(job)
             else:
-                failed.append((job, Outcome(result.status, log=result.log,
-                                            evaluator=self.recorder.evaluator,
-                                            compile_s=result.seconds)))
+                failed.append((job, compiled_figures(
+                    Outcome(result.status, log=result.log, evaluator=self.recorder.evaluator),
+                    result)))
         self.compiling = still
         return failed
 
@@ -311,6 +314,17 @@ class Pipeline:
         if self.pool.events:
             self.progress("events", {"events": self.pool.events[:]})
             self.pool.events.clear()
+
+
+def compiled_figures(outcome: Outcome, compiled: Any) -> Outcome:
+    """Put a compile's time (where the worker left it out) and ptxas's registers, static shared
+    memory and spill bytes on the trial's outcome: the row keeps what the kernel was."""
+    if outcome.compile_s is None:
+        outcome.compile_s = compiled.seconds
+    outcome.ptxas_regs = compiled.regs
+    outcome.ptxas_smem_bytes = compiled.smem
+    outcome.ptxas_spill_bytes = compiled.spill_bytes
+    return outcome
 
 
 def _row(job: Job) -> Row:

@@ -80,7 +80,9 @@ class Recorder:
                                    iqr_ms=old.iqr_ms, tflops=old.tflops, rel_err=old.rel_err,
                                    cublas_tflops=old.cublas_tflops,
                                    fingerprint=old.fingerprint, gpu=old.gpu,
-                                   evaluator=old.evaluator)
+                                   evaluator=old.evaluator, ptxas_regs=old.ptxas_regs,
+                                   ptxas_smem_bytes=old.ptxas_smem_bytes,
+                                   ptxas_spill_bytes=old.ptxas_spill_bytes)
 
     def winners(self, picked: dict[int, tuple[int, Outcome]]) -> None:
         """Store each problem's confirmed winner: problem id -> (trial id, confirmation)."""

@@ -34,8 +34,11 @@ class LoopTimes:
 
 
 def sweep_stats(pool: WorkerPool, times: LoopTimes, asker: Asker, wall_s: float,
-                sampler_processes: int, backend: str, stopped: bool) -> dict:
-    """Trials/s and GPU busy of a launch's search phase (confirmation not included)."""
+                sampler_processes: int, backend: str, stopped: bool,
+                first_trial_s: float | None = None) -> dict:
+    """Trials/s and GPU busy of a launch's search phase (confirmation not included), and the
+    seconds from the launch command to its first finished trial (the start-up cost: Ray,
+    workers, the first compile and ask)."""
     slots = pool.slots
     gpus = [pool.infos[s.index]["gpu"] for s in slots]
     trials = sum(s.trials for s in slots)
@@ -58,6 +61,7 @@ def sweep_stats(pool: WorkerPool, times: LoopTimes, asker: Asker, wall_s: float,
         "simulated": backend == "sim",
         "replay": backend == "replay",
         "stopped_at_time_limit": stopped,
+        "first_trial_s": None if first_trial_s is None else round(first_trial_s, 3),
     }
     stats["gpu_busy_mean"] = sum(stats["gpu_busy"].values()) / max(len(slots), 1)
     return stats

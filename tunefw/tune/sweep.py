@@ -4,6 +4,7 @@ confirmation; stores the launch's figures."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +41,9 @@ class LaunchOptions:
     cache_dir: Any = None
     time_limit_s: float | None = None
     replay: str | None = None  # backend "replay": "replay:PATH[?delay=S]"
+    # time.monotonic() when the command started: the first trial's wait counts from it (None:
+    # from the start of Sweep.run)
+    started_at: float | None = None
 
 
 PoolFactory = Callable[["LaunchOptions", StudySpec, str | None], WorkerPool]
@@ -55,7 +59,8 @@ def optuna_study_name(study: Study, problem: Problem) -> str:
     return q.optuna_name(study.name, problem.key, study.round)
 
 
-def _families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+def usable_families(spec: StudySpec, device: DeviceSpec) -> list[str]:
+    """The study's families (default: all) that run on the device; none is a one-line error."""
     names = spec.families or sorted(FAMILIES)
     usable = [f for f in names if get_family(f).supports(device)]
     if not usable:
@@ -104,17 +109,17 @@ def compile_pool(options: LaunchOptions) -> Any:
 
 
 class Sweep:
-    """One launch of one study on the workers ``pool_factory`` starts (Ray's by default),
-    compiling ahead with what ``compiler_factory`` gives."""
+    """One launch of one study on the workers ``pool_factory`` starts (None: Ray's, ray_pool),
+    compiling ahead with what ``compiler_factory`` gives (None: compile_pool)."""
 
     def __init__(self, store: Store, study_name: str | None, options: LaunchOptions,
-                 progress: ProgressHook | None = None, pool_factory: PoolFactory = ray_pool,
-                 compiler_factory: CompilerFactory = compile_pool) -> None:
+                 progress: ProgressHook | None = None, pool_factory: PoolFactory | None = None,
+                 compiler_factory: CompilerFactory | None = None) -> None:
         self.store = store
         self.options = options
         self.progress = progress or (lambda event, data: None)
-        self.pool_factory = pool_factory
-        self.compiler_factory = compiler_factory
+        self.pool_factory = pool_factory or ray_pool
+        self.compiler_factory = compiler_factory or compile_pool
         with store.session() as s:
             study = q.get_study(s, study_name)
             self.study_id, self.name = study.id, study.name
@@ -132,18 +137,21 @@ class Sweep:
         reached, finish the trials in flight and return (a later launch resumes). The study's
         launch lease is held throughout: a live one elsewhere refuses this launch (before any
         worker starts), a stale one is taken over and said so."""
+        started = self.options.started_at or time.monotonic()
         self.lease = take(self.store.engine, self.study_id, self.name)
         if self.lease.took_over is not None:
             self.progress("lease", {"line": self.lease.takeover_line()})
         with self.lease:
-            return self._run()
+            return self._run(started)
 
-    def _run(self) -> dict:
+    def _run(self, started: float) -> dict:
         try:
             pipeline = self._open()
             wall_s, stopped = pipeline.search(self.options.time_limit_s)
+            first = pipeline.first_result_at
             stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
-                                len(self.sampler_hosts), self.options.backend, stopped)
+                                len(self.sampler_hosts), self.options.backend, stopped,
+                                None if first is None else first - started)
             if stats["trials"]:
                 pipeline.recorder.stats(stats)
             if not stopped:
@@ -163,7 +171,7 @@ class Sweep:
         info = self.pool.infos[0]
         device: DeviceSpec = info["device"]
         fingerprint: dict = info["fingerprint"]
-        families = _families(self.spec, device)
+        families = usable_families(self.spec, device)
         if replay is not None:
             replay.check(self.spec.problems, families)
         self.compiler = self.compiler_factory(self.options)
@@ -180,12 +188,13 @@ class Sweep:
                            threads=max(1, len(self.sampler_hosts)))
         self.asker.start()
         self.progress("start", {"study": study_name, "backend": self.options.backend,
-                                "device": fingerprint.get("name"),
+                                "device": fingerprint.get("name"), "device_spec": device,
+                                "families": families,
                                 "workers": [i["gpu"] for i in self.pool.infos],
                                 "problems": [st.progress_row() for st in states.values()]})
         recorder = Recorder(self.store, self.study_id, self.options.backend, self.lease.fence)
-        return Pipeline(self.pool, recorder, states, self.asker, self.spec, device, fingerprint, self.compiler,
-                        self.progress)
+        return Pipeline(self.pool, recorder, states, self.asker, self.spec, device, fingerprint,
+                        self.compiler, self.progress)
 
     def _states(self, device: DeviceSpec, families: list[str], replay) -> dict[int, ProblemState]:
         """Each problem's search (resumed from the round's rows) and bookkeeping."""

@@ -4,8 +4,9 @@ Run once when a migration is released (`python3 tests/data/schema/make.py 0003`)
 file and never regenerate an old one: each is what that revision's tunefw left on disk, and
 tests/test_schema_upgrades.py upgrades a copy of each to head. The schema comes from Alembic at
 that revision; the rows (a study of two problems, four trials of several outcomes, a winner;
-from 0003 on also a WORKER_LOST row and its retry, from 0004 on a killed launch's lease) are
-written with only the tables and columns the revision has, as its code wrote them.
+from 0003 on also a WORKER_LOST row and its retry, from 0005 on a killed launch's lease) are
+written with only the tables and columns the revision has, as its code wrote them (columns a
+revision lacks are dropped: from 0004 on the rows keep ptxas's figures of the compiled trials).
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def rows() -> dict[str, list[dict]]:
              "fingerprint": FP, "fingerprint_key": "fedcba9876543210", "gpu": "0",
              "evaluator": "cuda", "created_at": CREATED, "attempts": 1, "reused_from": None,
              "median_ms": None, "min_ms": None, "iqr_ms": None, "tflops": None, "rel_err": None,
-             "cublas_tflops": None, "compile_s": None, "retry_of": None}
+             "cublas_tflops": None, "compile_s": None, "retry_of": None, "ptxas_regs": None,
+             "ptxas_smem_bytes": None, "ptxas_spill_bytes": None}
     return {
         "tunefw_meta": [{"key": "schema_version", "value": "1"}],
         "tunefw_study": [{"id": 1, "name": "frozen", "created_at": CREATED, "spec": SPEC,
@@ -53,10 +55,12 @@ def rows() -> dict[str, list[dict]]:
         "tunefw_trial": [
             dict(trial, id=1, problem_id=1, optuna_trial=0, family="wgmma_sm90", config=WGMMA,
                  config_key="k-wgmma", status="OK", median_ms=0.2, min_ms=0.19, iqr_ms=0.004,
-                 tflops=687.2, rel_err=0.0011, cublas_tflops=701.5, compile_s=3.2),
+                 tflops=687.2, rel_err=0.0011, cublas_tflops=701.5, compile_s=3.2, ptxas_regs=168,
+                 ptxas_smem_bytes=0, ptxas_spill_bytes=0),
             dict(trial, id=2, problem_id=1, optuna_trial=1, family="mma_sm80", config=MMA,
                  config_key="k-mma", status="WRONG_ANSWER", log="3 rows over their limit",
-                 rel_err=0.4, compile_s=1.1, attempts=2),
+                 rel_err=0.4, compile_s=1.1, attempts=2, ptxas_regs=122, ptxas_smem_bytes=0,
+                 ptxas_spill_bytes=16),
             dict(trial, id=3, problem_id=2, optuna_trial=0, family="mma_sm80",
                  config=dict(MMA, BM=256), config_key="k-invalid", status="INVALID",
                  log="BM=256: tile taller than M", fingerprint={}, fingerprint_key="", gpu="",
@@ -74,11 +78,11 @@ def rows() -> dict[str, list[dict]]:
         "tunefw_winner": [{"problem_id": 1, "trial_id": 1, "family": "wgmma_sm90",
                            "config": WGMMA, "tflops": 690.0, "cublas_tflops": 700.0,
                            "confirmed": True, "fingerprint": FP, "evaluator": "cuda"}],
-        # the lease of a launch killed with -9 (from 0004 on): stale, taken over by the next
+        # the lease of a launch killed with -9 (from 0005 on): stale, taken over by the next
         "tunefw_launch_lease": [{"study_id": 1, "token": "0123456789abcdef0123456789abcdef",
                                  "host": "gpu-node-7", "pid": 4242, "started_at": CREATED,
                                  "beat_at": CREATED, "beats": 12, "timeout_s": 60.0,
-                                 "since": "0004"}],
+                                 "since": "0005"}],
     }
 
 

@@ -1,0 +1,147 @@
+"""What `tunefw launch` prints: a start-up summary before any worker starts (backend, GPU workers,
+trials budget, each family's declared and valid space), progress lines that say which best is
+screened and which confirmed and mark every figure SIMULATED or REPLAY, and the seconds from the
+command to its first finished trial, stored with the launch's figures and shown by study show.
+
+The launches run in this process on tests/fakepool.py's pool (no Ray): the sweep itself is
+tested in test_sweep_pipeline.py, the real Ray launch in test_launch_sim.py."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from rich.console import Console
+
+import tunefw.tune.interrupt
+import tunefw.tune.sweep
+from conftest import invoke_cli
+from fakepool import FakePool
+from tunefw.cli.progress import LaunchProgress
+from tunefw.cli.startup import startup_lines
+from tunefw.device import H200
+from tunefw.study.spec import parse_study
+from tunefw.templates import FAMILIES
+from tunefw.tune.space import declared_size
+
+SHAPES = ("4096x4096x4096", "16x28672x4096")
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """Launches get a FakePool of --gpus workers; what stdout held when it was asked for is
+    kept (the summary must come before the workers)."""
+    seen: list[str] = []
+
+    def pool(options, spec, replay):
+        sys.stdout.flush()
+        seen.append(sys.stdout.buffer.getvalue().decode())
+        return FakePool(workers=options.gpus)
+
+    monkeypatch.setattr(tunefw.tune.sweep, "ray_pool", pool)
+    monkeypatch.setattr(tunefw.tune.interrupt, "stop_on_sigterm", lambda: None)
+    return seen
+
+
+def _launch(db_url: str) -> str:
+    made = invoke_cli("study", "create", "s", *(a for s in SHAPES for a in ("--shape", s)),
+                      "--trials", "3", "--sampler", "random", "--confirm-top", "2", db=db_url)
+    assert made.returncode == 0, made.stderr
+    launched = invoke_cli("launch", "s", "--gpus", "2", "--backend", "sim", db=db_url)
+    assert launched.returncode == 0, launched.stderr
+    return launched.stdout
+
+
+def test_the_summary_comes_first_and_before_the_workers(db_url, fake_ray):
+    stdout = _launch(db_url)
+    (before_pool,) = fake_ray
+    summary = before_pool.splitlines()
+    assert summary[0] == ("launch s: backend sim (SIMULATED device), 2 GPU worker(s), 2 "
+                          "problem(s) x 3 trials = 6 trials budget (sampler random, confirm "
+                          "top 2)")
+    assert stdout.startswith(before_pool)
+    families = {line.split(":")[0].strip(): line for line in summary[1:] if "declared" in line}
+    assert sorted(families) == sorted(FAMILIES)
+    for name, line in families.items():
+        assert f"  {name}: {declared_size(name):,} configs declared; valid on NVIDIA H200 " \
+               "[SIMULATED]: " in line
+    # stream_sm90's 3,600 configs are counted exactly; the others are estimated and marked
+    assert families["stream_sm90"].endswith("none for 4096x4096x4096, 1,675 for 16x28672x4096")
+    assert "~" in families["wgmma_sm90"] and "estimated from" in summary[-1]
+
+
+def test_every_figure_says_simulated_and_which_best_it_is(db_url, fake_ray):
+    stdout = _launch(db_url)
+    lines = stdout.splitlines()
+    trials = [line for line in lines if line.startswith("trial ")]
+    assert len(trials) == 6 and all(line.endswith(" [SIMULATED]") for line in trials)
+    figures = [line for line in lines if "TFLOP/s" in line or "x cuBLAS" in line]
+    assert figures and all("SIMULATED" in line for line in figures)
+    bars = [line for line in lines if "3/3" in line]
+    assert len(bars) == 2 and all("SIMULATED" in b and "screened best" in b for b in bars)
+    shown = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)
+    for p in shown["problems"]:
+        key = f"{p['M']}x{p['N']}x{p['K']}:bf16:TN"
+        best = p["best"]
+        screened = ("" if f"{best['screen_ratio']:.3f}" == f"{best['ratio']:.3f}"
+                    else f" (screened {best['screen_ratio']:.3f}x)")
+        assert (f"{key}: confirmed best {best['ratio']:.3f}x cuBLAS, {best['tflops']:.1f} "
+                f"TFLOP/s, trial {best['trial_id']}{screened} [SIMULATED]") in lines
+
+
+def test_the_first_trial_wait_is_stored_and_shown(db_url, fake_ray):
+    stdout = _launch(db_url)
+    stats = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)["stats"]
+    first = stats["first_trial_s"]
+    assert isinstance(first, float) and first > 0
+    end = [line for line in stdout.splitlines() if line.startswith("study s: 6 trials")]
+    assert len(end) == 1 and f"first trial {first:.1f} s after launch" in end[0]
+    assert end[0].endswith("[SIMULATED]")
+    shown = invoke_cli("study", "show", "s", db=db_url).stdout
+    assert (f"last launch: 6 trials in {stats['wall_s']:.1f} s ({stats['trials_per_s']:.2f}/s), "
+            f"GPU busy {stats['gpu_busy_mean']:.0%}, first trial {first:.1f} s after launch "
+            "[SIMULATED]") in shown
+
+
+def _progress(spaces_for=None) -> tuple[LaunchProgress, io.StringIO]:
+    text = io.StringIO()
+    return LaunchProgress(Console(file=text, width=300), spaces_for), text
+
+
+def test_replay_lines_say_replay():
+    progress, text = _progress()
+    row = {"id": 1, "key": "64x64x64:bf16:TN", "evaluated": 1, "budget": 2, "best": 1.25,
+           "done": False}
+    with progress:
+        progress.hook("start", {"study": "r", "backend": "replay", "device": "REPLAY NVIDIA H200",
+                                "workers": ["0"], "problems": [row]})
+        progress.hook("trial", {"problem": row, "trial_id": 3, "status": "OK", "tflops": 12.5,
+                                "ratio": 1.25, "gpu": "0"})
+        progress.hook("confirmed", {"winners": [{"key": row["key"], "trial_id": 3, "ratio": 1.2,
+                                                 "tflops": 12.0, "screen_ratio": 1.25}]})
+    lines = text.getvalue().splitlines()
+    assert "trial 3 64x64x64:bf16:TN OK 12.5 TFLOP/s 1.250x cuBLAS gpu 0 [REPLAY]" in lines
+    assert ("64x64x64:bf16:TN: confirmed best 1.200x cuBLAS, 12.0 TFLOP/s, trial 3 (screened "
+            "1.250x) [REPLAY]") in lines
+    assert any("64x64x64:bf16:TN REPLAY" in line and "screened best 1.250x cuBLAS" in line
+               for line in lines)
+
+
+def test_a_device_known_only_from_the_workers_gets_its_spaces_then():
+    """A Ray cluster's GPUs are not known before its workers report: the summary says so, and
+    the spaces follow the workers' report."""
+    spec = parse_study({"name": "c", "trials": 4, "families": ["stream_sm90"],
+                        "problems": ["16x28672x4096"]}, "test")
+    lines = startup_lines(spec, "cuda", 8, None)
+    assert lines == [
+        "launch c: backend cuda, 8 GPU worker(s), 1 problem(s) x 4 trials = 4 trials budget "
+        "(sampler tpe, confirm top 3)",
+        "  families: stream_sm90; valid-space sizes once the workers report their device"]
+    progress, text = _progress(spaces_for=spec)
+    with progress:
+        progress.hook("start", {"study": "c", "backend": "cuda", "device": H200.name,
+                                "device_spec": H200, "families": ["stream_sm90"],
+                                "workers": ["0"], "problems": []})
+    assert ("  stream_sm90: 3,600 configs declared; valid on NVIDIA H200: 1,675 for "
+            "16x28672x4096") in text.getvalue().splitlines()

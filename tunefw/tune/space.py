@@ -1,0 +1,56 @@
+"""How large each family's search space is for a study's problems: the configs it declares
+(every value combination) and how many of them check() accepts on a device, counted where the
+space is small and estimated from a seeded uniform sample where it is not (listing the
+wgmma_sm90 space and checking it takes about a minute per problem; a launch says these sizes
+within a second)."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates import get_family
+
+CHECKS_BUDGET = 32_768  # check() calls for a whole study (about half a second on one core)
+SAMPLE_MIN = 64  # configs drawn per family and problem, however many problems
+
+
+@dataclass(frozen=True)
+class SpaceSize:
+    """One family's space: declared configs and, per problem (the study's order), the valid
+    ones; ``sampled``: configs drawn per problem for the estimate (0: counted exactly)."""
+
+    family: str
+    declared: int
+    valid: list[int]
+    sampled: int
+
+
+def declared_size(family: str) -> int:
+    """Configs the family declares: the product of its knobs' value counts."""
+    return math.prod(len(p.values) for p in get_family(family).params)
+
+
+def space_sizes(families: list[str], problems: list[GemmProblem], device: DeviceSpec,
+                seed: int = 0) -> list[SpaceSize]:
+    """Each family's declared and valid space for each problem on ``device``; exact where the
+    space fits the per-problem share of CHECKS_BUDGET, else estimated from that many configs
+    drawn uniformly (seeded: the same study prints the same figures)."""
+    share = max(SAMPLE_MIN, CHECKS_BUDGET // max(1, len(families) * len(problems)))
+    sizes = []
+    for name in families:
+        family, declared = get_family(name), declared_size(name)
+        rng = random.Random(f"{seed}/{name}")
+        valid = []
+        for problem in problems:
+            if declared <= share:
+                valid.append(sum(family.check(c, problem, device) is None
+                                 for c in family.iter_space()))
+                continue
+            hits = sum(family.check({p.name: rng.choice(p.values) for p in family.params},
+                                    problem, device) is None for _ in range(share))
+            valid.append(round(declared * hits / share))
+        sizes.append(SpaceSize(name, declared, valid, 0 if declared <= share else share))
+    return sizes

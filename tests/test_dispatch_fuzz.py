@@ -107,7 +107,7 @@ def test_the_cli_reports_a_rejected_document_in_one_line(tmp_path):
     path.write_text(json.dumps(bad))
     result = invoke_cli("dispatch", "explain", str(path), "64x64x64")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
-    assert "entries[0].config: 'GROUP'=True: expected an integer or a string" in result.stderr
+    assert "entries[0].config: GROUP=True: expected an integer or a string" in result.stderr
     assert "Traceback" not in result.stderr
 
 

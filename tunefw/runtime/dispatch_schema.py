@@ -27,10 +27,11 @@ Text = Annotated[str, Field(max_length=MAX_TEXT)]
 def _config_values(config: dict[str, Any]) -> dict[str, Any]:
     """Config values are ints or strings; never bool, float, null or nested."""
     for key, value in config.items():
+        name = key if key.isidentifier() else repr(key)  # a key with a newline stays one line
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ValueError(f"{key!r}={value!r}: expected an integer or a string")
+            raise ValueError(f"{name}={value!r}: expected an integer or a string")
         if isinstance(value, int) and abs(value) > MAX_DIM:
-            raise ValueError(f"{key!r}={value!r}: out of range")
+            raise ValueError(f"{name}={value!r}: out of range")
     return config
 
 

@@ -19,7 +19,7 @@ def pick_confirmed(rows: list[tuple[int, Outcome]]) -> tuple[int, Outcome]:
 
 class Confirmer:
     """Confirms a round's top ``top`` configs per problem, stores the winners and reports them
-(event "confirmed": each winner's confirmed and screened ratio)."""
+    (event "confirmed": each winner's confirmed and screened ratio)."""
 
     def __init__(self, pipeline: Pipeline, round_: int, top: int) -> None:
         self.pipeline = pipeline

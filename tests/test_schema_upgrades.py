@@ -14,7 +14,8 @@ from tunefw.errors import UserError
 from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
-from tunefw.store.models import Trial, Winner
+from tunefw.store.lease import take
+from tunefw.store.models import LaunchLease, Trial, Winner
 from tunefw.store.session import MIGRATIONS, current_revision, head_revision
 
 FROZEN = Path(__file__).resolve().parent / "data" / "schema"
@@ -80,6 +81,12 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
             1, 1, 690.0, True)
         q.record_trial(s, study, study.problems[1], "mma_sm80", {"BM": 64}, "k-new", _ok(),
                        "src", 2)  # and it takes new rows
+        leases = [(row.study_id, row.host, row.pid, row.beats)
+                  for row in s.query(LaunchLease).all()]
+        assert leases == ([(1, "gpu-node-7", 4242, 12)] if revision >= "0005" else [])
+    lease = take(store.engine, 1, "frozen")  # a launch takes the lease (over a killed one's)
+    assert (lease.took_over is not None) == (revision >= "0005")
+    lease.release()
     store.close()
     shown = json.loads(invoke_cli("--db", url, "study", "show", "frozen", "--json").stdout)
     new_id = 7 if lost else 5

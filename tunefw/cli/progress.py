@@ -61,6 +61,8 @@ class LaunchProgress:
         elif event == "events":
             for line in data["events"]:
                 self.progress.console.print(f"[dim]{line}[/]")
+        elif event == "lease":  # a stale launch lease taken over
+            self.console.print(data["line"], markup=False, highlight=False)
         elif event == "confirm":
             self._print(f"confirming {data['configs']} top config(s) against cuBLAS "
                         "(interleaved, longer runs)")

@@ -1,5 +1,5 @@
-"""`tunefw status` (the studies' progress, their last launch's workers and where idle GPU time
-went, recent errors; also as --json) and `tunefw db upgrade`."""
+"""`tunefw status` (the studies' progress, who is launching them, their last launch's workers
+and where idle GPU time went, recent errors; also as --json) and `tunefw db upgrade`."""
 from __future__ import annotations
 
 import typer
@@ -17,10 +17,13 @@ def status_data() -> list[dict]:
     from sqlalchemy import select
     from tunefw.report.data import result_kind
     from tunefw.store import queries as q
+    from tunefw.store.lease import db_now, holder_of
     from tunefw.store.models import Trial
     rows = []
     with open_db().session() as s:
+        now = db_now(s.connection())
         for study in q.list_studies(s):
+            lease = holder_of(s.connection(), study.id)
             budget = study.spec["trials"]
             summaries = [q.problem_summary(s, study, p) for p in study.problems]
             target = budget * len(summaries)
@@ -34,6 +37,10 @@ def status_data() -> list[dict]:
                 "state": "done" if done >= target else ("in progress" if done else "not started"),
                 "kind": result_kind(study.backend, study.fingerprint or {}, stats),
                 "stats": stats,
+                "lease": None if lease is None else {  # the launch running it (or a dead one's)
+                    "holder": lease.named(), "host": lease.host, "pid": lease.pid,
+                    "last_beat_s": round((now - lease.beat_at).total_seconds(), 1),
+                    "stale": lease.stale(now)},
                 "workers": [{"gpu": gpu, "busy": busy,
                              "trials_per_s": stats["trials_per_s_per_gpu"].get(gpu, 0.0)}
                             for gpu, busy in (stats.get("gpu_busy") or {}).items()],
@@ -57,6 +64,11 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         kind, stats = study["kind"], study["stats"]
         out.print(f"[bold]{study['name']}[/] round {study['round']}: {study['evaluated']}/"
                   f"{study['target']} evaluated, {study['state']}")
+        lease = study["lease"]
+        if lease is not None:
+            out.print(f"  launched by {lease['holder']}, last heartbeat {lease['last_beat_s']:.0f} "
+                      "s ago" + (f" (stale: {lease['stale']}; the next launch takes it over)"
+                                 if lease["stale"] else ""), markup=False, highlight=False)
         line = launch_line(stats, kind)
         if line:
             out.print(f"  {line}", markup=False, highlight=False)

@@ -195,10 +195,15 @@ def study_delete(name: str = typer.Argument(..., metavar="NAME", help="Study nam
     """Delete a study, its trials and its Optuna searches."""
     import optuna
     from tunefw.store import queries as q
+    from tunefw.store.lease import db_now, held_message, live_holder
     from tunefw.tune.sweep import storage_for
     store = open_db("write")
     with store.session() as s:
-        names = q.optuna_study_names(q.get_study(s, name))  # unknown name: fail before Optuna
+        study = q.get_study(s, name)
+        names = q.optuna_study_names(study)  # unknown name: fail before Optuna
+        holder = live_holder(s, study.id)
+        if holder is not None:  # its searches would vanish under a running launch
+            raise UserError(held_message(name, holder, db_now(s.connection())))
     storage = storage_for(store)
     for optuna_name in sorted(names & set(optuna.get_all_study_names(storage))):
         optuna.delete_study(study_name=optuna_name, storage=storage)

@@ -1,10 +1,12 @@
-"""`tunefw verify`: strict verification of a table's winners or a family's configs (thin)."""
+"""`tunefw verify`: strict verification of a table's winners or a family's configs, optionally
+once more under compute-sanitizer (thin)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.table import Table
 
 from tunefw.cli.console import console
 
@@ -19,23 +21,47 @@ def verify_cmd(
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    sanitize_tools: Optional[str] = typer.Option(
+        None, "--sanitize", metavar="TOOLS", help="Verify once more under compute-sanitizer, per "
+        "tool: memcheck, racecheck or memcheck,racecheck (errors and verdicts per tool)."),
 ) -> None:
     """Verify configs as every trial is verified (guard bands, inputs, a second launch, small
-    grids) on a GPU; exit 1 if any is not OK."""
+    grids) on a GPU; exit 1 if any is not OK (or, with --sanitize, not clean)."""
     from tunefw.errors import UserError
-    from tunefw.measure import verify
+    from tunefw.measure import sanitize, verify
 
     if sample < 1:
         raise UserError(f"--sample {sample}: expected at least 1")
+    tools = sanitize.parse_tools(sanitize_tools) if sanitize_tools is not None else []
     jobs = verify.plan(target, verify.parse_shapes(shapes), sample, seed)
     if not jobs:
         raise UserError(f"verify {target}: nothing to verify")
-    result = verify.run_verify(jobs, str(cache_dir) if cache_dir else None)
+    if tools:
+        sanitize.sanitizer()  # on PATH, before any GPU work
+    cache = str(cache_dir) if cache_dir else None
+    result = verify.run_verify(jobs, cache)
+    if tools:
+        sanitize.sanitize(result, jobs, tools, cache)
     for row in result["rows"]:
         if row["status"] != "OK":
             out.print(f"{row['status']} {row['M']}x{row['N']}x{row['K']} {row['family']} "
                       f"{row['config']}: {row['log']}", markup=False, soft_wrap=True)
     out.print(verify.summary(result), markup=False, soft_wrap=True)
+    if tools:
+        out.print(sanitize_table(result))
     if out_path:
         verify.write(result, out_path)
-    raise typer.Exit(1 if result["failed"] else 0)
+    raise typer.Exit(1 if result["failed"] or not result.get("sanitize_clean", True) else 0)
+
+
+def sanitize_table(result: dict) -> Table:
+    """Per tool: its errors, the verdicts of its run, clean or not, and its first findings."""
+    from tunefw.measure.sanitize import verdict
+    from tunefw.measure.verify import counts_text
+    table = Table("sanitizer", "errors", "verdicts", "result", "first findings",
+                  title="under compute-sanitizer")
+    for entry in result["sanitize"]:
+        errors = "?" if entry["errors"] is None else str(entry["errors"])
+        table.add_row(entry["tool"], errors, counts_text(entry["statuses"]), verdict(entry),
+                      "\n".join(entry["report"][:4]))
+    return table

@@ -67,7 +67,10 @@ class CudaEvaluator:
     """Measures trials on one GPU (cuda:device_index) with the method of method.py."""
 
     def __init__(self, device_index: int = 0,
-                 families: Mapping[str, KernelTemplate] | None = None) -> None:
+                 families: Mapping[str, KernelTemplate] | None = None,
+                 warm_up_s: float = WARM_UP_S) -> None:
+        """``warm_up_s``: seconds of matrix work before the first measurement (0 where nothing
+        is timed)."""
         self.families = dict(FAMILIES if families is None else families)
         self.device = torch.device("cuda", device_index)
         torch.cuda.set_device(self.device)
@@ -85,7 +88,7 @@ class CudaEvaluator:
         self._rotation_key: tuple | None = None
         self._poisoned = ""
         self._nvml = _Nvml(self._static["uuid"])
-        self._warm_up(WARM_UP_S)
+        self._warm_up(warm_up_s)
 
     def _warm_up(self, seconds: float) -> None:
         """Sustained matrix work before the first measurement, so clocks and temperature are at

@@ -22,10 +22,11 @@ def _child(conn: Connection, cache_dir: str | None, mode: str) -> None:
     import os
 
     from tunefw.cuda.compiler import compile_kernel
-    from tunefw.evaluate.cuda import CudaEvaluator
+    from tunefw.evaluate.cuda import WARM_UP_S, CudaEvaluator
     from tunefw.templates import get_family
 
-    evaluator = CudaEvaluator(0)
+    # verification times nothing: no warm-up (under a sanitizer each of its products is slow)
+    evaluator = CudaEvaluator(0, warm_up_s=0.0 if mode == "verify" else WARM_UP_S)
     arch = evaluator.device_spec().arch
     conn.send({"ready": evaluator.fingerprint()})
     while True:

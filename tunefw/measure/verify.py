@@ -30,8 +30,16 @@ class Job:
     problem: GemmProblem
     source: str  # "entry MxNxK" or "sample"
 
-    def spec(self, trial_id: int) -> TrialSpec:
-        return TrialSpec(trial_id, self.family, dict(self.config), self.problem.as_dict(), TIMEOUT_S)
+    def spec(self, trial_id: int, timeout_s: float = TIMEOUT_S) -> TrialSpec:
+        return TrialSpec(trial_id, self.family, dict(self.config), self.problem.as_dict(), timeout_s)
+
+    def as_dict(self) -> dict:
+        return {"family": self.family, "config": self.config, "problem": self.problem.as_dict(),
+                "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Job":
+        return cls(data["family"], data["config"], GemmProblem(**data["problem"]), data["source"])
 
 
 def parse_shapes(text: str | None, dtype: str = "bf16") -> list[GemmProblem]:
@@ -76,8 +84,10 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
     return jobs
 
 
-def run_verify(jobs: list[Job], cache_dir: str | None = None) -> dict:
-    """Strictly verify every job on cuda:0 (isolated worker); the result-file dict."""
+def run_verify(jobs: list[Job], cache_dir: str | None = None,
+               timeout_s: float = TIMEOUT_S) -> dict:
+    """Strictly verify every job on cuda:0 (isolated worker, ``timeout_s`` each); the
+    result-file dict."""
     import torch
     if not torch.cuda.is_available():
         raise UserError("tunefw verify needs a CUDA GPU (none is visible)")
@@ -86,7 +96,7 @@ def run_verify(jobs: list[Job], cache_dir: str | None = None) -> dict:
     worker = IsolatedWorker(cache_dir, mode="verify")
     rows = []
     try:
-        for job, outcome in zip(jobs, worker.run(j.spec(i) for i, j in enumerate(jobs))):
+        for job, outcome in zip(jobs, worker.run(j.spec(i, timeout_s) for i, j in enumerate(jobs))):
             rows.append({"family": job.family, "config": job.config, **job.problem.as_dict(),
                          "source": job.source, "status": outcome["status"],
                          "log": (outcome.get("log") or "")[:300], "rel_err": outcome.get("rel_err")})
@@ -96,14 +106,23 @@ def run_verify(jobs: list[Job], cache_dir: str | None = None) -> dict:
             "device": worker.fingerprint, "checked": len(rows),
             "wrong": sum(r["status"] == "WRONG_ANSWER" for r in rows),
             "failed": sum(r["status"] != "OK" for r in rows),
-            "statuses": {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})},
-            "rows": rows}
+            "statuses": status_counts(rows), "rows": rows}
+
+
+def status_counts(rows: list[dict]) -> dict[str, int]:
+    """How many rows ended in each status, by status name."""
+    return {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})}
+
+
+def counts_text(statuses: dict[str, int]) -> str:
+    """'12 OK, 1 WRONG_ANSWER' (or '-' for none)."""
+    return ", ".join(f"{n} {s}" for s, n in statuses.items()) or "-"
 
 
 def summary(result: dict) -> str:
     """One line: how many were checked and how they ended."""
-    counts = ", ".join(f"{n} {s}" for s, n in result["statuses"].items())
-    return f"verified {result['checked']} config-shape pairs on {result['device'].get('name')}: {counts}"
+    return (f"verified {result['checked']} config-shape pairs on "
+            f"{result['device'].get('name')}: {counts_text(result['statuses'])}")
 
 
 def write(result: dict, path: Path) -> None:

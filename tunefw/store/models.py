@@ -129,3 +129,19 @@ class Winner(Base):
     confirmed: Mapped[bool] = mapped_column(Boolean, default=False)
     fingerprint: Mapped[dict] = mapped_column(JSON, default=dict)
     evaluator: Mapped[str] = mapped_column(String(16), default="")
+
+
+class LaunchLease(Base):
+    """The launch running a study now: the study's one row (its key), taken when a launch
+    starts, kept fresh by its heartbeat and deleted when it ends (tunefw/store/lease.py)."""
+
+    __tablename__ = "tunefw_launch_lease"
+    study_id: Mapped[int] = mapped_column(ForeignKey("tunefw_study.id", ondelete="CASCADE"),
+                                          primary_key=True, autoincrement=False)
+    token: Mapped[str] = mapped_column(String(32))  # this launch's own id: beats, takeover, release
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    beat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    beats: Mapped[int] = mapped_column(Integer, default=0)
+    timeout_s: Mapped[float] = mapped_column(Float)  # stale after this long without a beat

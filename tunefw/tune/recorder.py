@@ -2,7 +2,11 @@
 the trials in flight), the rejected configs in one, the confirmed winners and the figures."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from sqlalchemy.orm import Session
 
 from tunefw.outcome import Outcome, Status, fingerprint_key
 from tunefw.store import Store
@@ -22,18 +26,28 @@ class Row:
 
 
 class Recorder:
-    """Writes one study's rows (trials of its current round, winners, stats)."""
+    """Writes one study's rows (trials of its current round, winners, stats), each write
+    first through ``fence`` (the launch lease's: no row is written once the lease is lost)."""
 
-    def __init__(self, store: Store, study_id: int, evaluator: str) -> None:
+    def __init__(self, store: Store, study_id: int, evaluator: str,
+                 fence: Callable[[Session], None] | None = None) -> None:
         self.store = store
         self.study_id = study_id
         self.evaluator = evaluator
         self.source_hash = {f: get_family(f).source_hash() for f in FAMILIES}
+        self.fence = fence or (lambda s: None)
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        """A write transaction, fenced first."""
+        with self.store.session() as s:
+            self.fence(s)
+            yield s
 
     def trial(self, row: Row, outcome: Outcome, optuna_trial: int | None, attempts: int = 1,
               reused: int | None = None, retry_of: int | None = None) -> int:
         """Store one finished trial; its row id."""
-        with self.store.session() as s:
+        with self._session() as s:
             return self._add(s, row, outcome, optuna_trial, attempts, reused, retry_of)
 
     def rejected(self, rows: list[tuple[Row, Outcome]]) -> None:
@@ -41,7 +55,7 @@ class Recorder:
         transaction: TPE's rejects can outnumber the trials, and a commit each slowed the loop."""
         if not rows:
             return
-        with self.store.session() as s:
+        with self._session() as s:
             for row, outcome in rows:
                 self._add(s, row, outcome, None)
 
@@ -72,12 +86,12 @@ class Recorder:
 
     def winners(self, picked: dict[int, tuple[int, Outcome]]) -> None:
         """Store each problem's confirmed winner: problem id -> (trial id, confirmation)."""
-        with self.store.session() as s:
+        with self._session() as s:
             for problem_id, (trial_id, best) in picked.items():
                 q.set_winner(s, s.get(Problem, problem_id), s.get(Trial, trial_id),
                              best.tflops, best.cublas_tflops, confirmed=True)
 
     def stats(self, stats: dict) -> None:
         """Store a launch's sweep figures with the study."""
-        with self.store.session() as s:
+        with self._session() as s:
             s.get(Study, self.study_id).stats = stats

@@ -1,6 +1,6 @@
-"""One launch of one study (driver side): guards the round, sets up the workers, the searches
-and the asker, runs the pipeline to each problem's budget, then the confirmation; stores the
-launch's figures."""
+"""One launch of one study (driver side): holds the study's launch lease, guards the round, sets
+up the workers, the searches and the asker, runs the pipeline to each problem's budget, then the
+confirmation; stores the launch's figures."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,7 @@ from tunefw.outcome import fingerprint_key
 from tunefw.store import Store
 from tunefw.store import queries as q
 from tunefw.store.files import optuna_storage
+from tunefw.store.lease import Lease, take
 from tunefw.store.models import Problem, Study
 from tunefw.study.spec import StudySpec
 from tunefw.templates import FAMILIES, get_family
@@ -121,19 +122,29 @@ class Sweep:
         self.compiler_factory = compiler_factory or compile_pool
         with store.session() as s:
             study = q.get_study(s, study_name)
-            self.study_id = study.id
+            self.study_id, self.name = study.id, study.name
             self.spec = StudySpec.from_dict(study.spec)
         self.pool: WorkerPool | None = None
         self.compiler = None
         self.mirror: DurableMirror | None = None
         self.sampler_hosts: list[SamplerHost] = []
         self.asker: Asker | None = None
+        self.lease: Lease | None = None
 
     def run(self) -> dict:
         """Run the search to its budget (resuming where a previous launch stopped), confirm the
         winners, store and return the sweep figures. With a time limit, stop asking when it is
-        reached, finish the trials in flight and return (a later launch resumes)."""
+        reached, finish the trials in flight and return (a later launch resumes). The study's
+        launch lease is held throughout: a live one elsewhere refuses this launch (before any
+        worker starts), a stale one is taken over and said so."""
         started = self.options.started_at or time.monotonic()
+        self.lease = take(self.store.engine, self.study_id, self.name)
+        if self.lease.took_over is not None:
+            self.progress("lease", {"line": self.lease.takeover_line()})
+        with self.lease:
+            return self._run(started)
+
+    def _run(self, started: float) -> dict:
         try:
             pipeline = self._open()
             wall_s, stopped = pipeline.search(self.options.time_limit_s)
@@ -165,6 +176,7 @@ class Sweep:
             replay.check(self.spec.problems, families)
         self.compiler = self.compiler_factory(self.options)
         with self.store.session() as s:  # commit the round first: Optuna writes on its own
+            self.lease.fence(s)
             study = s.get(Study, self.study_id)
             _guard_round(s, study, fingerprint, families, self.options.new_round)
             study.backend = self.options.backend
@@ -180,9 +192,9 @@ class Sweep:
                                 "families": families,
                                 "workers": [i["gpu"] for i in self.pool.infos],
                                 "problems": [st.progress_row() for st in states.values()]})
-        return Pipeline(self.pool, Recorder(self.store, self.study_id, self.options.backend),
-                        states, self.asker, self.spec, device, fingerprint, self.compiler,
-                        self.progress)
+        recorder = Recorder(self.store, self.study_id, self.options.backend, self.lease.fence)
+        return Pipeline(self.pool, recorder, states, self.asker, self.spec, device, fingerprint,
+                        self.compiler, self.progress)
 
     def _states(self, device: DeviceSpec, families: list[str], replay) -> dict[int, ProblemState]:
         """Each problem's search (resumed from the round's rows) and bookkeeping."""

@@ -9,7 +9,7 @@ its tile, stages and cluster shape). The script only launches; ncu writes a CSV,
 
     ncu --clock-control none --csv --page raw --section SpeedOfLight --section LaunchStats \
         --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpc__cycles_elapsed.avg.per_second \
-        -k 'regex:gemm|nvjet|xmma|cutlass|splitK|reduce|Kernel' \
+        -k 'regex:gemm|gemv|nvjet|xmma|cutlass|splitK|reduce|Kernel' \
         python3 benchmarks/profile_h200.py --table T --shapes S > profile.csv
     python3 benchmarks/profile_h200.py --table T --shapes S --summarize profile.csv --out R.json
 """
@@ -71,12 +71,13 @@ def main() -> int:
     return 0
 
 
-TUNEFW_KERNEL = "void gemm_wgmma_sm90"
+TUNEFW_KERNEL = "void gemm_"  # every family's kernel: gemm_<family>
 FRAMEWORK_KERNEL = "void at::"  # torch's own kernels (the norm of the check), not GEMM work
 METRICS = {"time_us": ("gpu__time_duration.sum", 1e-3), "dram_read_mb": ("dram__bytes_read.sum", 1e-6),
            "l2_mb": ("lts__t_bytes.sum", 1e-6), "sm_clock_mhz": ("gpc__cycles_elapsed.avg.per_second", 1e-6),
            "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
-           "l2_throughput_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0)}
+           "l2_throughput_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
+           "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", 1.0)}
 
 
 def _number(text: str) -> float:
@@ -91,7 +92,7 @@ def _side(launches: list[list[dict]]) -> dict:
     for key, (metric, scale) in METRICS.items():
         per_launch = []
         for kernels in launches:
-            values = [_number(r[metric]) * scale for r in kernels]
+            values = [_number(r.get(metric) or "nan") * scale for r in kernels]
             per_launch.append(sum(values) if key in ("time_us", "dram_read_mb", "l2_mb")
                               else max(values))
         out[key] = statistics.median(per_launch)

@@ -20,7 +20,8 @@ def _row(i: int, name: str, time_ns: float, grid: int = 132, cluster: int = 2) -
     values = {"gpu__time_duration.sum": f"{time_ns:,.0f}", "dram__bytes_read.sum": "1,000,000",
               "lts__t_bytes.sum": "2,000,000", "gpc__cycles_elapsed.avg.per_second": "1,500,000,000",
               "sm__throughput.avg.pct_of_peak_sustained_elapsed": "90",
-              "lts__throughput.avg.pct_of_peak_sustained_elapsed": "50"}
+              "lts__throughput.avg.pct_of_peak_sustained_elapsed": "50",
+              "dram__throughput.avg.pct_of_peak_sustained_elapsed": "70"}
     return [str(i), name, str(grid), str(cluster), *(values[m] for m, _ in profile.METRICS.values())]
 
 
@@ -28,7 +29,7 @@ def _csv(tmp_path: Path, rows: list[list[str]]) -> Path:
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL)
     writer.writerow(COLUMNS)
-    writer.writerow(["", "", "", "", "nsecond", "byte", "byte", "hz", "%", "%"])  # ncu's units row
+    writer.writerow(["", "", "", "", "nsecond", "byte", "byte", "hz", "%", "%", "%"])  # ncu's units row
     writer.writerows(rows)
     path = tmp_path / "ncu.csv"
     path.write_text("==PROF== Connected to process 1\n" + out.getvalue())

@@ -99,6 +99,14 @@ def _side(launches: list[list[dict]]) -> dict:
     return out
 
 
+def table_order(shapes: list[str], table_path: Path) -> list[str]:
+    """The shapes in the order the launches ran: the table's entry order (table_gemms)."""
+    from tunefw.runtime.dispatch import load
+
+    index = {f"{e.M}x{e.N}x{e.K}": i for i, e in reversed(list(enumerate(load(table_path).entries)))}
+    return sorted(shapes, key=lambda s: index.get(s, len(index)))
+
+
 def summarize(csv_path: Path, args: argparse.Namespace) -> dict:
     """A row per shape: tunefw's and cuBLAS's kernels side by side (medians over launches).
     Rows come in launch order: per shape, tunefw x repeats, then cuBLAS x repeats."""
@@ -111,7 +119,7 @@ def summarize(csv_path: Path, args: argparse.Namespace) -> dict:
         if ours and (not blocks or not blocks[-1][-1]["Kernel Name"].startswith(TUNEFW_KERNEL)):
             blocks.append([])
         blocks[-1].append(r)
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = table_order([s for s in args.shapes.split(",") if s], args.table)
     if len(shapes) != len(blocks):
         raise SystemExit(f"--shapes names {len(shapes)} shapes, the CSV holds {len(blocks)}")
     result_rows = []

@@ -10,10 +10,11 @@ from tunefw.templates.base import KernelTemplate
 
 def _load() -> dict[str, KernelTemplate]:
     from tunefw.templates.mma_sm80 import MmaSm80
+    from tunefw.templates.rows_sm90 import RowsSm90
     from tunefw.templates.skinny_sm90 import SkinnySm90
     from tunefw.templates.stream_sm90 import StreamSm90
     from tunefw.templates.wgmma_sm90 import WgmmaSm90
-    return {t.family: t for t in (MmaSm80(), WgmmaSm90(), SkinnySm90(), StreamSm90())}
+    return {t.family: t for t in (MmaSm80(), WgmmaSm90(), SkinnySm90(), StreamSm90(), RowsSm90())}
 
 
 FAMILIES: dict[str, KernelTemplate] = _load()

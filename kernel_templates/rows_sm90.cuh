@@ -1,0 +1,189 @@
+// rows_sm90: a bandwidth-bound GEMM for small M (decode), C[M,N] = A[M,K] * B[N,K]^T, that
+// streams whole rows of the weight B with 1D bulk copies.
+//
+// Why whole rows: B is row-major, so a run of consecutive rows is one contiguous block of
+// memory. On the H200 (benchmarks/results/stream_micro_h200.json) 32 KB contiguous bulk copies
+// over an equal byte share per SM read 9-18% faster than 2D TMA boxes of 128- or 512-byte row
+// runs (3.6 vs 3.05 TB/s for a 32 MB weight, 4.38 vs 4.01 for 224 MB). So each CTA of a
+// persistent grid owns a contiguous range of 8-row groups (equal to within one group), and one
+// producer thread copies RS whole rows per ring stage (RS * K * 2 bytes, in COPY-byte pieces).
+//
+// Math: mma.sync m16n8k16 with the tokens (M <= 16) as the MMA's 16-row side and 8 rows of B as
+// its 8-column side. A dot product may take k in any order if A and B take the same one, so each
+// lane loads 16 contiguous bytes (8 k) of its row of B and of A and feeds them to two MMAs (k
+// 8q..8q+3 to the first, 8q+4..8q+7 to the second): one 16-byte shared load per lane per 32 k,
+// no ldmatrix. Rows of B sit K*2 bytes apart (a multiple of 128 when K % 64 == 0), so the two
+// rows of an 8-lane load phase would hit the same banks; odd rows load the two 32-k blocks of a
+// pair in the opposite order and swap them back in registers, and every phase covers 32 banks.
+// Consumer warps split K (pairs of 32-k blocks in turn); each stage ends with a fixed-order sum
+// of the warps' partial tiles in shared memory and a store of its rows of C: deterministic, no
+// workspace, no cross-CTA reduction, nothing kept between launches.
+#pragma once
+
+#include "tunefw/sm80.cuh"
+#include "tunefw/sm90.cuh"
+#include "tunefw/swapab_reduce.cuh"
+
+namespace tunefw {
+namespace rows {
+
+// 1D bulk copy global -> shared, completing `bar` with its bytes (size % 16 == 0).
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(src)), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint4 lds_v4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ uint4 pick(bool swap, uint4 x, uint4 y) { return swap ? y : x; }
+
+// Partial tiles: [WARPS][G][32 lanes][2*MT floats] (c0, c1 and, for 16 rows of A, c2, c3).
+template <int RS, int WARPS, int MROWS>
+struct Partials {
+  static constexpr int floats = WARPS * (RS / 8) * 32 * 2 * (MROWS / 8);
+  static constexpr int bytes = floats * 4;
+};
+
+// Two MMAs over one 32-k block: 8 k per lane of A (rows g and, for MT = 2, g + 8) and of B.
+template <int DTYPE, int MT>
+__device__ __forceinline__ void mma_block(float (&acc)[4], const uint4& a0, const uint4& a8,
+                                          const uint4& b) {
+  const u32 lo[4] = {a0.x, MT > 1 ? a8.x : 0u, a0.y, MT > 1 ? a8.y : 0u};
+  const u32 hi[4] = {a0.z, MT > 1 ? a8.z : 0u, a0.w, MT > 1 ? a8.w : 0u};
+  mma_16816<DTYPE>(acc, lo, b.x, b.y);
+  mma_16816<DTYPE>(acc, hi, b.z, b.w);
+}
+
+}  // namespace rows
+}  // namespace tunefw
+
+template <int DTYPE, int RS, int STAGES, int WARPS, int MROWS, int OCC, int COPY>
+__global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
+    gemm_rows_sm90(const tunefw::u16* __restrict__ A, const tunefw::u16* __restrict__ B,
+                   tunefw::u16* __restrict__ C, const tunefw::u16* __restrict__ bias, int M, int N,
+                   int K) {
+  using namespace tunefw;
+  using namespace tunefw::rows;
+  constexpr int G = RS / 8, MT = MROWS / 8, CONSUMERS = WARPS * 32;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int row_bytes = K * 2, stage_bytes = RS * row_bytes;
+  const u32 ring = sm90::smem_u32(smem);
+  float* part = reinterpret_cast<float*>(smem + STAGES * stage_bytes);
+  const u32 full = sm90::smem_u32(part + Partials<RS, WARPS, MROWS>::floats);
+  const u32 empty = full + STAGES * 8;
+
+  // This CTA's rows [r0, r1): an equal share of the 8-row groups, contiguous in B.
+  const int groups = (N + 7) >> 3;
+  const int g0 = (int)((long long)blockIdx.x * groups / gridDim.x);
+  const int g1 = (int)((long long)(blockIdx.x + 1) * groups / gridDim.x);
+  const int r0 = g0 * 8, r1 = imin(N, g1 * 8);
+  const int stages = (r1 - r0 + RS - 1) / RS;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(full + s * 8, 1);
+      sm90::mbar_init(empty + s * 8, WARPS);
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (warp == WARPS) {  // producer: one thread copies each stage's rows
+    if (lane == 0) {
+      for (int j = 0; j < stages; ++j) {
+        const int s = j % STAGES, r = r0 + j * RS;
+        if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+        const int bytes = imin(RS, r1 - r) * row_bytes;
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(B) + (size_t)r * row_bytes;
+        const u32 dst = ring + (u32)(s * stage_bytes);
+        sm90::mbar_arrive_expect_tx(full + s * 8, (u32)bytes);
+        for (int off = 0; off < bytes; off += COPY)
+          bulk_load(dst + off, src + off, (u32)imin(COPY, bytes - off), full + s * 8);
+      }
+    }
+    return;
+  }
+
+  // Consumers. Lane (g, q): row g of an 8-row group of B, row g (and g + 8) of A, 8 k at 8q.
+  const int g = lane >> 2, q = lane & 3;
+  const bool odd = g & 1;
+  const int pairs = (K + 63) >> 6;  // pairs of 32-k blocks
+  const bool a_row0 = g < M, a_row8 = MT > 1 && g + 8 < M;
+  const u16* a_ptr0 = A + (size_t)g * K + 8 * q;
+  const u16* a_ptr8 = A + (size_t)(g + 8) * K + 8 * q;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+
+  for (int j = 0; j < stages; ++j) {
+    const int s = j % STAGES, r = r0 + j * RS;
+    sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
+    const u32 stage = ring + (u32)(s * stage_bytes);
+    float acc[G][4];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
+
+#pragma unroll 2
+    for (int p = warp; p < pairs; p += WARPS) {
+      const int k0 = p * 64 + 8 * q, k1 = k0 + 32;  // this lane's 8 k in each block of the pair
+      const bool v0 = k0 < K, v1 = k1 < K;          // K % 8 == 0: 8 k are wholly in or out
+      const uint4 a00 = a_row0 && v0 ? ld_global_nc_v4(a_ptr0 + p * 64) : zero;
+      const uint4 a01 = a_row0 && v1 ? ld_global_nc_v4(a_ptr0 + p * 64 + 32) : zero;
+      const uint4 a80 = a_row8 && v0 ? ld_global_nc_v4(a_ptr8 + p * 64) : zero;
+      const uint4 a81 = a_row8 && v1 ? ld_global_nc_v4(a_ptr8 + p * 64 + 32) : zero;
+      // Odd rows read block 1 first: the phase's two rows then cover all 32 banks.
+      const bool f0 = odd ? v1 : v0, f1 = odd ? v0 : v1;
+      const int first = (odd ? k1 : k0) * 2, second = (odd ? k0 : k1) * 2;
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        const u32 row = stage + (u32)((i * 8 + g) * row_bytes);
+        const uint4 x = f0 ? lds_v4(row + first) : zero;
+        const uint4 y = f1 ? lds_v4(row + second) : zero;
+        mma_block<DTYPE, MT>(acc[i], a00, a80, pick(odd, x, y));
+        mma_block<DTYPE, MT>(acc[i], a01, a81, pick(odd, y, x));
+      }
+    }
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty + s * 8);
+
+    // Fixed-order sum of the warps' tiles, then this stage's rows of C.
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+      for (int c = 0; c < 2 * MT; ++c) part[((warp * G + i) * 32 + lane) * (2 * MT) + c] = acc[i][c];
+    sm90::named_bar_sync(1, CONSUMERS);
+    const int rows_here = imin(RS, r1 - r);
+    for (int idx = tid; idx < G * 8 * M; idx += CONSUMERS) {
+      const int i = idx / (8 * M), rem = idx - i * 8 * M, m = rem >> 3, n = rem & 7;
+      if (i * 8 + n >= rows_here) continue;
+      const int src = ((m & 7) * 4 + (n >> 1)) * (2 * MT) + (m >> 3) * 2 + (n & 1);
+      float sum = 0.f;
+#pragma unroll 4
+      for (int w = 0; w < WARPS; ++w) sum += part[(w * G + i) * 32 * (2 * MT) + src];
+      const int col = r + i * 8 + n;
+      if (bias) sum += swapab::to_f32<DTYPE>(bias[col]);
+      C[(size_t)m * N + col] = (u16)(pack_x2<DTYPE>(sum, 0.f) & 0xffffu);
+    }
+    sm90::named_bar_sync(1, CONSUMERS);
+  }
+}

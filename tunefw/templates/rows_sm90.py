@@ -1,0 +1,128 @@
+"""rows_sm90: the decode GEMM (small M) of kernel_templates/rows_sm90.cuh that streams whole
+rows of the weight with 1D bulk copies over a persistent grid.
+
+Each CTA owns an equal, contiguous share of B's 8-row groups (one contiguous block of memory);
+a producer thread copies RS whole rows per ring stage in COPY-byte pieces, WARPS consumer warps
+split K with mma.sync (the tokens on the MMA's 16-row side) and sum their tiles in a fixed order
+per stage: deterministic, no workspace. A stage holds RS * K * 2 bytes, so the ring's size
+depends on K: check() takes the problem's K into every shared-memory rule. This file is the one
+declaration of its space, its rules and its launch.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+from tunefw.device import DeviceSpec
+from tunefw.problem import GemmProblem
+from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
+
+REG_OVERHEAD = 56  # pointers, indices, predicates, the loads of A and B of two blocks in flight
+REG_MARGIN = 0.8  # ptxas may need more than the estimate: stay under this share of the cap
+REFERENCE_K = 4096  # the K estimate() sizes the ring for (the ring scales with K)
+SM_RESERVED_SMEM = 1024  # per CTA, kept by the driver (the per-SM sum includes it)
+
+# Starting points (the H200 streaming microbenchmark: 32 KB copies, 64-192 KB in flight per SM).
+SEEDS = (
+    {"RS": 8, "STAGES": 3, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 32768},
+    {"RS": 8, "STAGES": 2, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 32768},
+    {"RS": 8, "STAGES": 3, "WARPS": 16, "MROWS": 16, "OCC": 1, "COPY": 32768},
+    {"RS": 8, "STAGES": 2, "WARPS": 8, "MROWS": 16, "OCC": 1, "COPY": 16384},
+    {"RS": 16, "STAGES": 2, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 65536},
+    {"RS": 8, "STAGES": 2, "WARPS": 4, "MROWS": 8, "OCC": 2, "COPY": 16384},
+)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class RowsSm90(KernelTemplate):
+    family = "rows_sm90"
+    source = "rows_sm90.cuh"
+    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
+    kernel = "gemm_rows_sm90"
+    min_cc = 90  # cp.async.bulk with mbarrier transaction counts
+    tensor_op = "HMMA"
+
+    params = (
+        Param("RS", (8, 16, 32), "whole rows of B per ring stage (RS*K*2 bytes), in 8-row groups"),
+        Param("STAGES", (3, 2, 4), "ring stages in flight"),
+        Param("WARPS", (8, 4, 16), "consumer warps (plus one producer warp); they take the "
+              "stage's 64-k pairs of blocks in turn"),
+        Param("MROWS", (8, 16), "rows of A the MMA's 16-row side carries: serves M <= MROWS"),
+        Param("OCC", (1, 2), "CTAs per SM of the persistent grid (grid = OCC * SMs, or fewer)"),
+        Param("COPY", (32768, 16384, 65536), "bytes per bulk copy (a stage is copied in pieces)"),
+    )
+
+    seeds = SEEDS
+
+    # ---- derived quantities ---------------------------------------------------------------------
+    @staticmethod
+    def smem_bytes(config: Config, k: int = REFERENCE_K) -> int:
+        """Dynamic shared memory at this K: the ring (STAGES * RS rows of K*2 bytes), the warps'
+        partial tiles and the mbarriers (as the .cuh lays them out)."""
+        ring = config["STAGES"] * config["RS"] * k * 2
+        partials = config["WARPS"] * (config["RS"] // 8) * 32 * 2 * (config["MROWS"] // 8) * 4
+        return ring + partials + 16 * config["STAGES"]
+
+    @staticmethod
+    def regs_estimate(config: Config) -> int:
+        groups, mt = config["RS"] // 8, config["MROWS"] // 8
+        return groups * 4 + 2 * (4 * mt * 2 + 8) + REG_OVERHEAD  # acc + A and B of 2 pairs
+
+    def estimate(self, config: Config) -> Resources:
+        """Threads, registers and shared memory of one block, the ring sized for K=4096."""
+        return Resources(threads=(config["WARPS"] + 1) * 32,
+                         regs_per_thread=self.regs_estimate(config),
+                         smem_bytes=self.smem_bytes(config))
+
+    # ---- rules ----------------------------------------------------------------------------------
+    def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
+        m, n, k = problem.M, problem.N, problem.K
+        mrows = config["MROWS"]
+        if m > mrows:
+            return f"MROWS={mrows} holds M <= {mrows} rows, the problem has M={m}"
+        if mrows == 16 and m <= 8:
+            return f"MROWS=16 for M={m} <= 8: loads of A rows that do not exist (MROWS=8 serves it)"
+        if k % 8:
+            return f"K={k} is not a multiple of 8 (rows of B are copied in 16-byte units)"
+        if config["RS"] - 8 >= n:
+            return f"RS={config['RS']} leaves a whole 8-row group past N={n}"
+        if config["COPY"] > config["RS"] * k * 2:
+            return (f"COPY={config['COPY']} > a stage's RS*K*2 = {config['RS'] * k * 2} bytes "
+                    "(a smaller COPY copies it the same way)")
+        if _cdiv(k, 64) < config["WARPS"]:
+            return f"WARPS={config['WARPS']} > the {_cdiv(k, 64)} 64-k pairs of K={k}: warps without work"
+        smem = self.smem_bytes(config, k)
+        if smem > device.smem_per_block_optin:
+            return (f"shared memory STAGES*RS*K*2 + partials = {smem} B at K={k} > "
+                    f"{device.smem_per_block_optin} B per block on {device.name}")
+        occ = config["OCC"]
+        threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
+        cap = min(device.max_regs_per_thread, device.regs_per_sm // (threads * occ))
+        if regs > REG_MARGIN * cap:
+            return (f"register estimate {regs}/thread (RS/8*4 accumulators, A and B of two 64-k "
+                    f"pairs in flight) > {REG_MARGIN:g} x the {cap} that OCC={occ} CTAs of "
+                    f"{threads} threads allow: it would spill")
+        if occ * (smem + SM_RESERVED_SMEM) > device.smem_per_sm:
+            return (f"OCC={occ} CTAs x {smem} B of shared memory (K={k}) > {device.smem_per_sm} B "
+                    "per SM")
+        return None
+
+    # ---- compile and launch ---------------------------------------------------------------------
+    def cost_hint(self, config: Config) -> CostHint:
+        """The simulated device's view: M rows against RS-row stages of the whole K."""
+        return CostHint(tile_m=config["MROWS"], tile_n=config["RS"], tile_k=64,
+                        stages=config["STAGES"], efficiency=0.4)
+
+    def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
+        grid = min(_cdiv(problem.N, 8), config["OCC"] * device.sm_count)
+        return Launch(grid=(grid, 1, 1), block=((config["WARPS"] + 1) * 32, 1, 1),
+                      smem_bytes=self.smem_bytes(config, problem.K))
+
+    def kernel_args(self, config: Config, problem: GemmProblem,
+                    ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
+        return [(int(ptrs["a"]), ctypes.c_void_p), (int(ptrs["b"]), ctypes.c_void_p),
+                (int(ptrs["c"]), ctypes.c_void_p), (int(ptrs.get("bias", 0) or 0), ctypes.c_void_p),
+                (problem.M, ctypes.c_int), (problem.N, ctypes.c_int), (problem.K, ctypes.c_int)]

@@ -41,7 +41,7 @@ DECODE_M = (1, 4, 16, 32, 64)
 CHUNK = 200  # jobs per worker command line (Linux caps one argument at 128 KiB)
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 136, 264),
                (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096),
-               (5, 4100, 4104), (16, 1000, 1032), (1, 30, 264), (11, 264, 72))
+               (5, 4104, 4104), (16, 1000, 1032), (1, 40, 264), (11, 264, 72))
 
 
 def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:

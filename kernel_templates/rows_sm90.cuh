@@ -15,7 +15,7 @@
 // no ldmatrix. Rows of B sit K*2 bytes apart (a multiple of 128 when K % 64 == 0), so the two
 // rows of an 8-lane load phase would hit the same banks; odd rows load the two 32-k blocks of a
 // pair in the opposite order and swap them back in registers, and every phase covers 32 banks.
-// Consumer warps split K (pairs of 32-k blocks in turn); each stage ends with a fixed-order sum
+// Consumer warps split K (KP pairs of 32-k blocks each, their A kept in registers); each stage ends with a fixed-order sum
 // of the warps' partial tiles in shared memory and a store of its rows of C: deterministic, no
 // workspace, no cross-CTA reduction, nothing kept between launches.
 #pragma once
@@ -74,7 +74,7 @@ __device__ __forceinline__ void mma_block(float (&acc)[4], const uint4& a0, cons
 }  // namespace rows
 }  // namespace tunefw
 
-template <int DTYPE, int RS, int STAGES, int WARPS, int MROWS, int OCC, int COPY>
+template <int DTYPE, int RS, int STAGES, int WARPS, int KP, int MROWS, int OCC, int COPY>
 __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
     gemm_rows_sm90(const tunefw::u16* __restrict__ A, const tunefw::u16* __restrict__ B,
                    tunefw::u16* __restrict__ C, const tunefw::u16* __restrict__ bias, int M, int N,
@@ -125,13 +125,22 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
   }
 
   // Consumers. Lane (g, q): row g of an 8-row group of B, row g (and g + 8) of A, 8 k at 8q.
+  // Warp w takes 64-k pairs w, w + WARPS, ... (KP of them); its A is the same for every stage,
+  // so it is loaded once, into registers.
   const int g = lane >> 2, q = lane & 3;
   const bool odd = g & 1;
-  const int pairs = (K + 63) >> 6;  // pairs of 32-k blocks
-  const bool a_row0 = g < M, a_row8 = MT > 1 && g + 8 < M;
-  const u16* a_ptr0 = A + (size_t)g * K + 8 * q;
-  const u16* a_ptr8 = A + (size_t)(g + 8) * K + 8 * q;
+  const int pairs = (K + 63) >> 6;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 a_lo[KP][2], a_hi[KP][2];  // rows g and g + 8 of A; blocks 0 and 1 of each pair
+#pragma unroll
+  for (int kp = 0; kp < KP; ++kp) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int k = (warp + kp * WARPS) * 64 + b * 32 + 8 * q;  // K % 8 == 0: wholly in or out
+      a_lo[kp][b] = g < M && k < K ? ld_global_nc_v4(A + (size_t)g * K + k) : zero;
+      a_hi[kp][b] = MT > 1 && g + 8 < M && k < K ? ld_global_nc_v4(A + (size_t)(g + 8) * K + k) : zero;
+    }
+  }
 
   for (int j = 0; j < stages; ++j) {
     const int s = j % STAGES, r = r0 + j * RS;
@@ -143,14 +152,12 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
 
-#pragma unroll 2
-    for (int p = warp; p < pairs; p += WARPS) {
+#pragma unroll
+    for (int kp = 0; kp < KP; ++kp) {
+      const int p = warp + kp * WARPS;
+      if (p >= pairs) break;
       const int k0 = p * 64 + 8 * q, k1 = k0 + 32;  // this lane's 8 k in each block of the pair
-      const bool v0 = k0 < K, v1 = k1 < K;          // K % 8 == 0: 8 k are wholly in or out
-      const uint4 a00 = a_row0 && v0 ? ld_global_nc_v4(a_ptr0 + p * 64) : zero;
-      const uint4 a01 = a_row0 && v1 ? ld_global_nc_v4(a_ptr0 + p * 64 + 32) : zero;
-      const uint4 a80 = a_row8 && v0 ? ld_global_nc_v4(a_ptr8 + p * 64) : zero;
-      const uint4 a81 = a_row8 && v1 ? ld_global_nc_v4(a_ptr8 + p * 64 + 32) : zero;
+      const bool v0 = k0 < K, v1 = k1 < K;
       // Odd rows read block 1 first: the phase's two rows then cover all 32 banks.
       const bool f0 = odd ? v1 : v0, f1 = odd ? v0 : v1;
       const int first = (odd ? k1 : k0) * 2, second = (odd ? k0 : k1) * 2;
@@ -159,8 +166,8 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
         const u32 row = stage + (u32)((i * 8 + g) * row_bytes);
         const uint4 x = f0 ? lds_v4(row + first) : zero;
         const uint4 y = f1 ? lds_v4(row + second) : zero;
-        mma_block<DTYPE, MT>(acc[i], a00, a80, pick(odd, x, y));
-        mma_block<DTYPE, MT>(acc[i], a01, a81, pick(odd, y, x));
+        mma_block<DTYPE, MT>(acc[i], a_lo[kp][0], a_hi[kp][0], pick(odd, x, y));
+        mma_block<DTYPE, MT>(acc[i], a_lo[kp][1], a_hi[kp][1], pick(odd, y, x));
       }
     }
     __syncwarp();

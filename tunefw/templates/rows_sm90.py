@@ -17,13 +17,15 @@ from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
 
-REG_OVERHEAD = 56  # pointers, indices, predicates, the loads of A and B of two blocks in flight
-REG_MARGIN = 0.8  # ptxas may need more than the estimate: stay under this share of the cap
+# Register estimate, fitted to ptxas on sm_90a (tests/test_rows_sm90.py compiles a sample to hold
+# it: no accepted config spills): ptxas keeps about 16 registers per 64-k pair a warp holds
+# (A of two blocks plus the shared loads it hoists), 4 more per pair for A's rows 8..15.
+REG_OVERHEAD = 24
 REFERENCE_K = 4096  # the K estimate() sizes the ring for (the ring scales with K)
 SM_RESERVED_SMEM = 1024  # per CTA, kept by the driver (the per-SM sum includes it)
 
-# Starting points (the H200 streaming microbenchmark: 32 KB copies, 64-192 KB in flight per SM).
-SEEDS = (
+# Starting points, KP aside (the H200 streaming microbenchmark: 32 KB copies, 64-192 KB in flight per SM).
+SEED_SHAPES = (
     {"RS": 8, "STAGES": 3, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 32768},
     {"RS": 8, "STAGES": 2, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 32768},
     {"RS": 8, "STAGES": 3, "WARPS": 16, "MROWS": 16, "OCC": 1, "COPY": 32768},
@@ -50,12 +52,15 @@ class RowsSm90(KernelTemplate):
         Param("STAGES", (3, 2, 4), "ring stages in flight"),
         Param("WARPS", (8, 4, 16), "consumer warps (plus one producer warp); they take the "
               "stage's 64-k pairs of blocks in turn"),
+        Param("KP", (4, 2, 3, 5, 6, 8), "64-k pairs per consumer warp (ceil(K/64/WARPS) exactly); "
+              "their A stays in registers across the stages"),
         Param("MROWS", (8, 16), "rows of A the MMA's 16-row side carries: serves M <= MROWS"),
         Param("OCC", (1, 2), "CTAs per SM of the persistent grid (grid = OCC * SMs, or fewer)"),
         Param("COPY", (32768, 16384, 65536), "bytes per bulk copy (a stage is copied in pieces)"),
     )
 
-    seeds = SEEDS
+    # each seed at every KP: check() keeps the one K and WARPS call for
+    seeds = tuple({**shape, "KP": kp} for kp in (2, 3, 4, 5, 6, 8) for shape in SEED_SHAPES)
 
     # ---- derived quantities ---------------------------------------------------------------------
     @staticmethod
@@ -68,8 +73,8 @@ class RowsSm90(KernelTemplate):
 
     @staticmethod
     def regs_estimate(config: Config) -> int:
-        groups, mt = config["RS"] // 8, config["MROWS"] // 8
-        return groups * 4 + 2 * (4 * mt * 2 + 8) + REG_OVERHEAD  # acc + A and B of 2 pairs
+        groups, mt, kp = config["RS"] // 8, config["MROWS"] // 8, config["KP"]
+        return groups * 4 + 16 * kp + 4 * kp * (mt - 1) + REG_OVERHEAD
 
     def estimate(self, config: Config) -> Resources:
         """Threads, registers and shared memory of one block, the ring sized for K=4096."""
@@ -92,19 +97,25 @@ class RowsSm90(KernelTemplate):
         if config["COPY"] > config["RS"] * k * 2:
             return (f"COPY={config['COPY']} > a stage's RS*K*2 = {config['RS'] * k * 2} bytes "
                     "(a smaller COPY copies it the same way)")
-        if _cdiv(k, 64) < config["WARPS"]:
-            return f"WARPS={config['WARPS']} > the {_cdiv(k, 64)} 64-k pairs of K={k}: warps without work"
+        pairs, warps = _cdiv(k, 64), config["WARPS"]
+        if pairs < warps:
+            return f"WARPS={warps} > the {pairs} 64-k pairs of K={k}: warps without work"
+        if config["KP"] != _cdiv(pairs, warps):
+            return (f"KP={config['KP']}: the {pairs} 64-k pairs of K={k} over WARPS={warps} are "
+                    f"{_cdiv(pairs, warps)} per warp")
         smem = self.smem_bytes(config, k)
         if smem > device.smem_per_block_optin:
             return (f"shared memory STAGES*RS*K*2 + partials = {smem} B at K={k} > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         occ = config["OCC"]
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
-        cap = min(device.max_regs_per_thread, device.regs_per_sm // (threads * occ))
-        if regs > REG_MARGIN * cap:
-            return (f"register estimate {regs}/thread (RS/8*4 accumulators, A and B of two 64-k "
-                    f"pairs in flight) > {REG_MARGIN:g} x the {cap} that OCC={occ} CTAs of "
-                    f"{threads} threads allow: it would spill")
+        # ptxas sizes the cap for blocks rounded up to 4 warps, in steps of 8 registers
+        cap = min(device.max_regs_per_thread,
+                  device.regs_per_sm // (occ * _cdiv(threads, 128) * 128) // 8 * 8)
+        if regs > cap:
+            return (f"register estimate {regs}/thread (RS/8*4 accumulators, ~16 per 64-k pair "
+                    f"of KP={config['KP']}) > the {cap} that OCC={occ} CTAs of {threads} threads "
+                    "allow: it would spill")
         if occ * (smem + SM_RESERVED_SMEM) > device.smem_per_sm:
             return (f"OCC={occ} CTAs x {smem} B of shared memory (K={k}) > {device.smem_per_sm} B "
                     "per SM")

@@ -1,12 +1,12 @@
-"""Checks shared by the per-family CPU tests: a compile pool, a sample of valid configs, and
-that every declared knob reaches the cubin or the launch geometry."""
+"""Checks shared by the per-family CPU tests: a compile pool, a sample of valid configs, clean
+compiles, and that every declared knob reaches the cubin or the launch geometry."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from tunefw.cuda.compiler import CompilePool
+from tunefw.cuda.compiler import CompilePool, sass_check, sass_opcodes
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import KernelTemplate
@@ -40,3 +40,14 @@ def assert_every_knob_reaches_the_cubin_or_the_launch(family: KernelTemplate, ba
         config = {**base, p.name: other}
         cubin = pool.submit(family, config, "bf16", "sm_90a").result().cubin
         assert cubin != base_cubin or family.launch(config, problem, H200) != base_launch, p.name
+
+
+def assert_compiles_clean(family: KernelTemplate, configs: list[dict], pool: CompilePool,
+                          load_op: str) -> None:
+    """Each config compiles for sm_90a without spills, with HMMA and the family's load op."""
+    results = [pool.submit(family, c, "bf16", "sm_90a") for c in configs]
+    for config, future in zip(configs, results):
+        r = future.result()
+        assert r.ok, (config, r.log[:500])
+        assert r.spill_bytes == 0 and sass_check(r.cubin, require_op="HMMA") is None, config
+        assert load_op in {op.split(".", 1)[0] for op in sass_opcodes(r.cubin)}, config

@@ -39,13 +39,14 @@ def _entries(seed: int) -> list[DispatchEntry]:
     """Entries of every family and dtype, with random valid configs (split-K, clusters)."""
     rng = random.Random(seed)
     entries = []
-    names = ("mma_sm80", "wgmma_sm90", "skinny_sm90", "stream_sm90")
+    names = ("mma_sm80", "wgmma_sm90", "skinny_sm90", "stream_sm90", "rows_sm90")
     for i in range(48):
         family = FAMILIES[names[i % len(names)]]
-        ms = {"skinny_sm90": [1, 3, 8, 16, 33, 64], "stream_sm90": [1, 3, 8, 17, 32]}.get(
-            family.family, [16, 64, 128, 512, 2048, 4096, 8192])
+        ms = {"skinny_sm90": [1, 3, 8, 16, 33, 64], "stream_sm90": [1, 3, 8, 17, 32],
+              "rows_sm90": [1, 3, 8]}.get(family.family, [16, 64, 128, 512, 2048, 4096, 8192])
+        ks = [512, 2048, 4096] if family.family == "rows_sm90" else [64, 512, 4096, 14336]
         problem = GemmProblem(rng.choice(ms), rng.choice([256, 1024, 4096, 6144, 14336]),
-                              rng.choice([64, 512, 4096, 14336]), ("bf16", "fp16")[i % 4 == 0])
+                              rng.choice(ks), ("bf16", "fp16")[i % 4 == 0])
         (config,) = sample_configs(family, problem, H200, 1, seed=seed * 100 + i)
         entries.append(DispatchEntry(problem.M, problem.N, problem.K, problem.dtype, "TN",
                                      family.family, config, 100.0 + i, 90.0, i))

@@ -29,6 +29,7 @@ from tunefw.errors import UserError
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, config_reason
 from tunefw.templates import FAMILIES
 from tunefw.templates.mma_sm80 import MAX_WORKSPACE_BYTES
+from tunefw.templates.rows_sm90 import SM_RESERVED_SMEM
 
 CPP_FITS = {
     "mma_sm80": """\
@@ -62,10 +63,17 @@ CPP_FITS = {
   if (BN - 16 >= N) return false;
   const int64_t chunks = cdiv(K, BK);
   return cdiv(chunks, CK) * (CK - 1) < chunks;""",
+    # The ring holds STAGES*RS whole rows: shared memory depends on K (templates/rows_sm90.py).
+    "rows_sm90": """  if (M > MROWS || (MROWS == 16 && M <= 8)) return false;
+  if (K % 8 != 0 || RS - 8 >= N || COPY > RS * K * 2) return false;
+  const int64_t pairs = cdiv(K, 64);
+  if (pairs < WARPS || KP != cdiv(pairs, WARPS)) return false;
+  const int64_t smem = STAGES * RS * K * 2 + WARPS * (RS / 8) * 32 * 2 * (MROWS / 8) * 4 + 16 * STAGES;
+  return smem <= kSmemPerBlockOptin && OCC * (smem + kSmemReservedPerBlock) <= kSmemPerSm;""",
 }
 # Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
 # dtype code, then one per declared param in declaration order (templates/<family>.py).
-KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90")
+KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90", "rows_sm90")
 RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
 RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
 _INT = re.compile(r"-?[0-9]{1,19}")
@@ -246,6 +254,9 @@ inline constexpr Evidence kEvidence[{max(1, len(table.evidence))}] = {{
 namespace detail {{
 inline constexpr int64_t kMaxGrid = 2147483647;
 inline constexpr int64_t kMaxWorkspaceBytes = {MAX_WORKSPACE_BYTES}LL;
+inline constexpr int64_t kSmemPerBlockOptin = {cpp_int(device.smem_per_block_optin, "smem_per_block_optin")};
+inline constexpr int64_t kSmemPerSm = {cpp_int(device.smem_per_sm, "smem_per_sm")};
+inline constexpr int64_t kSmemReservedPerBlock = {SM_RESERVED_SMEM};
 inline int64_t cdiv(int64_t a, int64_t b) {{ return (a + b - 1) / b; }}
 
 {fits}

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from faults.fault_family import FAULT_DIR, FAULTS, FaultFamily  # noqa: E402
+from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS, FaultFamily  # noqa: E402
 from tunefw.cli.compile import sample_configs  # noqa: E402
 from tunefw.cuda.compiler import CompilePool  # noqa: E402
 from tunefw.device import H200  # noqa: E402
@@ -34,12 +34,6 @@ from tunefw.outcome import cublas_ratio  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 
-EXPECTED = {"none": "OK", "oob_write": "RUNTIME_CRASH", "endless_loop": "TIMEOUT",
-            "wrong_result": "WRONG_ANSWER", "unwritten": "WRONG_ANSWER",
-            "too_much_smem": "OUT_OF_RESOURCES", "spill": "OK",
-            # caught by strict verification (tunefw/evaluate/strict.py)
-            "outside_c": "WRONG_ANSWER", "writes_input": "WRONG_ANSWER",
-            "first_launch_only": "WRONG_ANSWER", "nondeterministic": "WRONG_ANSWER"}
 FAULT_PROBLEM = {"M": 1024, "N": 1024, "K": 1024, "dtype": "bf16", "layout": "TN"}
 MARK = "@@"  # prefix of the child's result lines (anything else on stdout is library noise)
 STARTUP_S = 180.0  # child: import torch, create the context, first compiles

@@ -101,11 +101,11 @@ def test_endless_compile_times_out_and_the_pool_keeps_working(tmp_path: Path) ->
 def test_pool_compiles_in_parallel_and_shares_identical_requests(tmp_path: Path) -> None:
     with CompilePool(2, cache_dir=tmp_path, source_dir=FAULT_DIR) as pool:
         futures = [pool.submit(FAULT, {"fault": f}, "bf16", "sm_80")
-                   for f in ("none", "wrong_result", "unwritten", "too_much_smem")]
+                   for f in ("none", "wrong_result", "unwritten", "splitk_dirty", "too_much_smem")]
         twin = pool.submit(FAULT, {"fault": "too_much_smem"}, "bf16", "sm_80")
         results = [f.result() for f in futures]
     assert all(r.ok for r in results)
-    assert len({r.lowered_name for r in results}) == 4
+    assert len({r.lowered_name for r in results}) == 5
     assert twin.result() is results[-1]
 
 

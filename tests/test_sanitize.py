@@ -124,7 +124,7 @@ def test_a_run_without_summary_or_without_every_verdict_is_not_clean():
 def test_each_tools_entry_and_verdicts_join_the_result(monkeypatch):
     texts = {"memcheck": "memcheck_clean.txt", "racecheck": "racecheck_hazard.txt"}
     verdicts = {"memcheck": OK2, "racecheck": [{"status": "OK"}, {"status": "WRONG_ANSWER"}]}
-    monkeypatch.setattr(sanitize, "run_tool", lambda tool, jobs, cache_dir=None: tool_result(
+    monkeypatch.setattr(sanitize, "run_tool", lambda tool, jobs, cache_dir=None, **_: tool_result(
         tool, _text(texts[tool]), verdicts[tool], len(jobs), 0))
     result = {"rows": [{"status": "OK"}, {"status": "OK"}]}
     sanitize.sanitize(result, ["job-a", "job-b"], ["memcheck", "racecheck"])

@@ -90,3 +90,23 @@ def test_the_sentinel_is_nan_in_both_dtypes():
     out = GuardedOutput(torch.empty(M, N, dtype=torch.float16))
     out.poison()
     assert out.guards_intact() is None and out.c.data_ptr() - out.full.data_ptr() == 2 * GUARD_ELEMS
+
+
+def test_a_split_k_counter_left_dirty_is_caught():
+    # Serial split-K as tests/faults' splitk_dirty does it: SPLITS partial sums per element and a
+    # counter the last split sees at SPLITS - 1 before it writes C; the counter is never reset and
+    # the workspace is zeroed once per trial, so only the throw-away launch writes C.
+    ops, out = setup()
+    splits, counter = 4, torch.zeros(1, dtype=torch.int32)
+    chunk = K // splits
+
+    def run() -> None:
+        partial = [ops.a[:, s * chunk:(s + 1) * chunk].float() @ ops.b[:, s * chunk:(s + 1) * chunk].float().T
+                   for s in range(splits)]
+        for _ in range(splits):
+            counter.add_(1)
+            if int(counter) == splits:
+                out.c.copy_(sum(partial).to(torch.bfloat16))
+    verdict = strict_verify(run, lambda: None, out, ops, "bf16")
+    assert int(counter) == 2 * splits  # the throw-away and the verified launch, no more
+    assert not verdict.ok and verdict.reason.startswith(f"{M * N} non-finite elements")

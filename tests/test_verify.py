@@ -1,17 +1,20 @@
-"""`tunefw verify` without a GPU: which jobs it plans, its shapes, and its one-line refusals."""
+"""`tunefw verify` without a GPU: which jobs it plans, its shapes, a file of more families, and its
+one-line refusals; on a GPU, each fault kernel's verdict."""
 from __future__ import annotations
 
 
 import pytest
 
-from conftest import invoke_cli
+from conftest import _has_gpu, invoke_cli
+from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.export.table import render
-from tunefw.measure.verify import EDGE_SHAPES, parse_shapes, plan
+from tunefw.measure.verify import EDGE_SHAPES, parse_shapes, plan, run_verify
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.templates import get_family
+from tunefw.templates.family_module import load_family_module
 
 SKINNY = get_family("skinny_sm90")
 
@@ -52,3 +55,53 @@ def test_verify_without_a_gpu_is_one_line():
     done = invoke_cli("verify", "skinny_sm90", "--shapes", "edge", "--sample", "1")
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == ["tunefw: error: tunefw verify needs a CUDA GPU (none is visible)"]
+
+
+FAULT_FILE = FAULT_DIR / "fault_family.py"
+
+
+def test_a_family_file_adds_its_families_with_their_sources_beside_it():
+    extra = load_family_module(FAULT_FILE)
+    assert sorted(extra.families) == ["broken", "compile_hang", "fault"]
+    assert extra.source_dir("fault") == FAULT_DIR and extra.source_dir("skinny_sm90") is None
+    assert extra.get("skinny_sm90") is SKINNY and "wgmma_sm90" in extra.all_families()
+    jobs = plan("fault", [GemmProblem(1024, 1024, 1024)], sample=len(FAULTS), seed=0,
+                families=extra)
+    assert sorted(j.config["fault"] for j in jobs) == sorted(FAULTS)  # every fault, once
+    assert set(EXPECTED) == set(FAULTS)
+
+
+@pytest.mark.parametrize("text, error", [
+    (None, "expected a Python file"),
+    ("raise ValueError('no GPU here\\nsecond line')",
+     "cannot import it (ValueError: no GPU here)"),
+    ("X = 1", "expected FAMILIES, a list of KernelTemplate instances"),
+    ("FAMILIES = ['fault']", "expected FAMILIES, a list of KernelTemplate instances"),
+    ("from tunefw.templates import get_family\nFAMILIES = [get_family('skinny_sm90')]",
+     "family 'skinny_sm90' is one of tunefw's own")])
+def test_a_family_file_that_cannot_serve_is_one_line(tmp_path, text, error):
+    path = tmp_path / ("families.py" if text is not None else "families.txt")
+    path.write_text(text or "")
+    with pytest.raises(UserError) as caught:
+        load_family_module(path)
+    assert str(caught.value) == f"--families {path.resolve()}: {error}"
+
+
+@pytest.mark.skipif(_has_gpu(), reason="what happens without a GPU")
+def test_verify_names_a_family_of_a_family_file_only_with_it(tmp_path):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("64x64x64\n")
+    done = invoke_cli("verify", "fault", "--shapes", str(shapes))
+    assert done.stderr.strip() == "tunefw: error: fault: cannot read (No such file or directory)"
+    done = invoke_cli("verify", "fault", "--families", str(FAULT_FILE), "--shapes", str(shapes))
+    # planned from the file's family, then refused for want of a GPU
+    assert done.stderr.strip() == "tunefw: error: tunefw verify needs a CUDA GPU (none is visible)"
+
+
+@pytest.mark.gpu
+def test_each_fault_kernel_ends_as_expected_under_verify():
+    extra = load_family_module(FAULT_FILE)
+    jobs = plan("fault", [GemmProblem(1024, 1024, 1024)], sample=len(FAULTS), seed=0,
+                families=extra)
+    result = run_verify(jobs, timeout_s=5.0, families=extra)
+    assert {r["config"]["fault"]: r["status"] for r in result["rows"]} == EXPECTED

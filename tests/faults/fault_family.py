@@ -1,6 +1,7 @@
 """Kernel families built to fail: runtime faults (FaultFamily), a compile error, an endless compile.
 
-Their sources live beside this file: compile them with ``source_dir=FAULT_DIR``.
+Their sources live beside this file: compile them with ``source_dir=FAULT_DIR``, or name this
+file to `tunefw verify --families` (its FAMILIES, at the end).
 """
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resourc
 
 FAULT_DIR = Path(__file__).resolve().parent
 FAULTS = ("none", "oob_write", "endless_loop", "wrong_result", "unwritten", "too_much_smem", "spill",
-          "outside_c", "writes_input", "first_launch_only", "nondeterministic")
-COUNTER_BYTES = 256  # first_launch_only's launch counter (a split-K counter never reset)
+          "outside_c", "writes_input", "first_launch_only", "nondeterministic", "splitk_dirty")
+# What the evaluator and strict verification (tunefw/evaluate/strict.py) make of each fault.
+EXPECTED = {"none": "OK", "oob_write": "RUNTIME_CRASH", "endless_loop": "TIMEOUT",
+            "wrong_result": "WRONG_ANSWER", "unwritten": "WRONG_ANSWER",
+            "too_much_smem": "OUT_OF_RESOURCES", "spill": "OK",
+            "outside_c": "WRONG_ANSWER", "writes_input": "WRONG_ANSWER",
+            "first_launch_only": "WRONG_ANSWER", "nondeterministic": "WRONG_ANSWER",
+            "splitk_dirty": "WRONG_ANSWER"}
+COUNTER_BYTES = 256  # first_launch_only's launch counter (never reset); splitk_dirty's counters
+SPLITS = 4  # splitk_dirty: CTAs per tile of C, each over a quarter of K
 DTYPE_CODE = {"bf16": 0, "fp16": 1}
 TILE = 16
 TOO_MUCH_SMEM_BYTES = 300 * 1024  # over every GPU's per-block opt-in limit (H200: 227 KB)
@@ -44,9 +53,23 @@ class FaultFamily(KernelTemplate):
         return [str(FAULTS.index(config["fault"])), str(DTYPE_CODE[dtype])]
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
-        grid = ((problem.N + TILE - 1) // TILE, (problem.M + TILE - 1) // TILE, 1)
-        return Launch(grid=grid, block=(TILE, TILE, 1), smem_bytes=self.estimate(config).smem_bytes,
-                      workspace_bytes=COUNTER_BYTES if config["fault"] == "first_launch_only" else 0)
+        tiles_n, tiles_m = (problem.N + TILE - 1) // TILE, (problem.M + TILE - 1) // TILE
+        splitk = config["fault"] == "splitk_dirty"
+        return Launch(grid=(tiles_n, tiles_m, SPLITS if splitk else 1), block=(TILE, TILE, 1),
+                      smem_bytes=self.estimate(config).smem_bytes,
+                      workspace_bytes=self.workspace_bytes(config, problem))
+
+    @staticmethod
+    def workspace_bytes(config: Config, problem: GemmProblem) -> int:
+        """first_launch_only: one counter; splitk_dirty: a counter per tile of C (padded to
+        COUNTER_BYTES) and SPLITS float32 partial sums per element of C."""
+        if config["fault"] == "first_launch_only":
+            return COUNTER_BYTES
+        if config["fault"] != "splitk_dirty":
+            return 0
+        tiles = ((problem.N + TILE - 1) // TILE) * ((problem.M + TILE - 1) // TILE)
+        counters = -(-tiles * 4 // COUNTER_BYTES) * COUNTER_BYTES
+        return counters + SPLITS * problem.M * problem.N * 4
 
     def kernel_args(self, config: Config, problem: GemmProblem,
                     ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
@@ -82,3 +105,7 @@ class HangingCompileTemplate(_CompileOnly):
     source = "compile_hang.cuh"
     kernel = "compile_hang"
     params = (Param("x", (4, 30), "depth of the instantiation tree"),)
+
+
+# What `tunefw verify --families tests/faults/fault_family.py` can verify by name.
+FAMILIES = (FaultFamily(), BrokenTemplate(), HangingCompileTemplate())

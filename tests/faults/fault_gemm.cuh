@@ -9,7 +9,7 @@ namespace faults {
 enum : int {
   NONE = 0, OOB_WRITE = 1, ENDLESS_LOOP = 2, WRONG_RESULT = 3, UNWRITTEN = 4,
   TOO_MUCH_SMEM = 5, SPILL = 6, OUTSIDE_C = 7, WRITES_INPUT = 8, FIRST_LAUNCH_ONLY = 9,
-  NONDETERMINISTIC = 10,
+  NONDETERMINISTIC = 10, SPLITK_DIRTY = 11,
 };
 
 __device__ __forceinline__ long long clock_now() {
@@ -35,6 +35,40 @@ __device__ float dot_spilling(const volatile unsigned short* a, const volatile u
   return acc;
 }
 
+// Serial split-K: the gridDim.z CTAs of a 16 x 16 tile of C each store their partial sums in the
+// workspace (after a counter per tile, padded to 256 bytes) and bump the tile's counter; the one
+// that finds gridDim.z - 1 sums the partials into C. The bug: the counter is never set back to 0,
+// so on every launch after the first no CTA is last and C is left unwritten (a split-K counter
+// left dirty).
+template <int DT>
+__device__ void splitk_dirty(const unsigned short* a, const unsigned short* b, unsigned short* c,
+                             int* counters, int M, int N, int K) {
+  __shared__ bool last;
+  const int n = blockIdx.x * 16 + threadIdx.x;
+  const int m = blockIdx.y * 16 + threadIdx.y;
+  const int tiles = gridDim.x * gridDim.y;
+  float* partial = reinterpret_cast<float*>(counters + (tiles + 63) / 64 * 64);
+  const bool inside = m < M && n < N;
+  const int chunk = (K + gridDim.z - 1) / gridDim.z;
+  const int k0 = blockIdx.z * chunk, k1 = min(K, k0 + chunk);
+  if (inside) {
+    float acc = 0.f;
+    for (int k = k0; k < k1; ++k)
+      acc += to_float<DT>(a[(size_t)m * K + k]) * to_float<DT>(b[(size_t)n * K + k]);
+    partial[((size_t)blockIdx.z * M + m) * N + n] = acc;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    last = atomicAdd(counters + blockIdx.y * gridDim.x + blockIdx.x, 1) == (int)gridDim.z - 1;
+  __syncthreads();
+  if (!last || !inside) return;  // a correct kernel sets the tile's counter back to 0 here
+  __threadfence();
+  float acc = 0.f;
+  for (int s = 0; s < (int)gridDim.z; ++s) acc += __ldcg(partial + ((size_t)s * M + m) * N + n);
+  c[(size_t)m * N + n] = from_float<DT>(acc);
+}
+
 }  // namespace faults
 
 template <int FAULT, int DT>
@@ -45,6 +79,10 @@ fault_gemm(const unsigned short* __restrict__ a, const unsigned short* __restric
   extern __shared__ float dyn_smem[];
   const int n = blockIdx.x * 16 + threadIdx.x;
   const int m = blockIdx.y * 16 + threadIdx.y;
+  if (FAULT == SPLITK_DIRTY) {
+    splitk_dirty<DT>(a, b, c, counter, M, N, K);
+    return;
+  }
   if (FAULT == ENDLESS_LOOP) {
     while (clock_now() >= 0) {
     }

@@ -15,6 +15,9 @@ out = console()
 
 def verify_cmd(
     target: str = typer.Argument(..., help="dispatch.json, or a family name (skinny_sm90, ...)."),
+    families: Optional[Path] = typer.Option(
+        None, "--families", metavar="FILE", help="A Python file defining FAMILIES (kernel "
+        "templates whose sources lie beside it): its families can be verified by name."),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="'edge' or a file of MxNxK lines "
                                          "(a family needs them; a table adds them to its own)."),
     sample: int = typer.Option(8, "--sample", help="Random valid configs per shape (a family)."),
@@ -29,19 +32,21 @@ def verify_cmd(
     grids) on a GPU; exit 1 if any is not OK (or, with --sanitize, not clean)."""
     from tunefw.errors import UserError
     from tunefw.measure import sanitize, verify
+    from tunefw.templates.family_module import load_family_module
 
     if sample < 1:
         raise UserError(f"--sample {sample}: expected at least 1")
     tools = sanitize.parse_tools(sanitize_tools) if sanitize_tools is not None else []
-    jobs = verify.plan(target, verify.parse_shapes(shapes), sample, seed)
+    extra = load_family_module(families)
+    jobs = verify.plan(target, verify.parse_shapes(shapes), sample, seed, families=extra)
     if not jobs:
         raise UserError(f"verify {target}: nothing to verify")
     if tools:
         sanitize.sanitizer()  # on PATH, before any GPU work
     cache = str(cache_dir) if cache_dir else None
-    result = verify.run_verify(jobs, cache)
+    result = verify.run_verify(jobs, cache, families=extra)
     if tools:
-        sanitize.sanitize(result, jobs, tools, cache)
+        sanitize.sanitize(result, jobs, tools, cache, families=extra)
     for row in result["rows"]:
         if row["status"] != "OK":
             out.print(f"{row['status']} {row['M']}x{row['N']}x{row['K']} {row['family']} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from dataclasses import asdict
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tunefw.outcome import Status, TrialSpec
@@ -17,16 +18,18 @@ STARTUP_S = 180.0  # import torch, create the context, warm up
 SLACK_S = 30.0  # past a job's own timeout before the child is killed
 
 
-def _child(conn: Connection, cache_dir: str | None, mode: str) -> None:
+def _child(conn: Connection, cache_dir: str | None, mode: str, families: Path | None) -> None:
     """The worker: one CudaEvaluator on cuda:0; a job in, an outcome dict out, until None."""
     import os
 
     from tunefw.cuda.compiler import compile_kernel
     from tunefw.evaluate.cuda import WARM_UP_S, CudaEvaluator
-    from tunefw.templates import get_family
+    from tunefw.templates.family_module import load_family_module
 
+    extra = load_family_module(families)
     # verification times nothing: no warm-up (under a sanitizer each of its products is slow)
-    evaluator = CudaEvaluator(0, warm_up_s=0.0 if mode == "verify" else WARM_UP_S)
+    evaluator = CudaEvaluator(0, families=extra.all_families(),
+                              warm_up_s=0.0 if mode == "verify" else WARM_UP_S)
     arch = evaluator.device_spec().arch
     conn.send({"ready": evaluator.fingerprint()})
     while True:
@@ -34,8 +37,8 @@ def _child(conn: Connection, cache_dir: str | None, mode: str) -> None:
         if job is None:
             break
         spec = TrialSpec(**job)
-        compiled = compile_kernel(get_family(spec.family), spec.config, spec.problem["dtype"], arch,
-                                  cache_dir=cache_dir)
+        compiled = compile_kernel(extra.get(spec.family), spec.config, spec.problem["dtype"], arch,
+                                  cache_dir=cache_dir, source_dir=extra.source_dir(spec.family))
         run = evaluator.verify if mode == "verify" else evaluator.evaluate
         outcome = run(spec, compiled)
         conn.send(outcome.as_dict())
@@ -48,8 +51,10 @@ def _child(conn: Connection, cache_dir: str | None, mode: str) -> None:
 class IsolatedWorker:
     """Runs jobs in order in a child process, replacing it after a poisoned, hung or lost one."""
 
-    def __init__(self, cache_dir: str | None = None, mode: str = "verify") -> None:
-        self._cache_dir, self._mode = cache_dir, mode
+    def __init__(self, cache_dir: str | None = None, mode: str = "verify",
+                 families: Path | None = None) -> None:
+        """``families``: a file of more kernel families (templates/family_module.py)."""
+        self._cache_dir, self._mode, self._families = cache_dir, mode, families
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -57,7 +62,7 @@ class IsolatedWorker:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_child, args=(child, self._cache_dir, self._mode),
+        self._proc = self._ctx.Process(target=_child, args=(child, self._cache_dir, self._mode, self._families),
                                        daemon=True)
         self._proc.start()
         child.close()

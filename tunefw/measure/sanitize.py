@@ -3,8 +3,9 @@ NVIDIA's compute-sanitizer (memcheck: out-of-bounds and misaligned device access
 shared-memory hazards), recording each tool's error count and the verdicts of its run.
 
 The sanitized program is this module (``python -m tunefw.measure.sanitize JOBS OUT
-[CACHE_DIR]``): it verifies the jobs as `tunefw verify` does, each in an isolated GPU worker
-(a process the sanitizer follows), and writes the result file."""
+[CACHE_DIR]``, JOBS a file of the jobs and the --families file): it verifies the jobs as
+`tunefw verify` does, each in an isolated GPU worker (a process the sanitizer follows), and
+writes the result file."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tunefw.errors import UserError
 from tunefw.measure.verify import Job, run_verify, status_counts
+from tunefw.templates.family_module import FamilyModule, load_family_module
 
 TOOLS = ("memcheck", "racecheck")
 JOB_TIMEOUT_S = 600.0  # per job: under racecheck a kernel with much shared memory crawls
@@ -100,12 +102,14 @@ def _child_env() -> dict:
 
 
 def run_tool(tool: str, jobs: list[Job], cache_dir: str | None = None,
-             timeout_s: float | None = None) -> dict:
+             timeout_s: float | None = None, families: FamilyModule | None = None) -> dict:
     """Verify ``jobs`` under one tool (the run and its workers killed after ``timeout_s``);
     its entry of the result file."""
     with tempfile.TemporaryDirectory(prefix="tunefw-sanitize-") as tmp:
         jobs_path, out_path = Path(tmp) / "jobs.json", Path(tmp) / "result.json"
-        jobs_path.write_text(json.dumps([j.as_dict() for j in jobs]))
+        module = families and families.path
+        jobs_path.write_text(json.dumps({"jobs": [j.as_dict() for j in jobs],
+                                         "families": str(module) if module else None}))
         # API errors off: cuda-bindings' cuInit probes every driver entry point with
         # cuGetProcAddress, and memcheck counted each missing one (34 "errors", none a kernel's).
         cmd = [sanitizer(), f"--tool={tool}", "--target-processes=all", "--print-limit=20",
@@ -125,10 +129,10 @@ def run_tool(tool: str, jobs: list[Job], cache_dir: str | None = None,
 
 
 def sanitize(result: dict, jobs: list[Job], tools: list[str],
-             cache_dir: str | None = None) -> None:
+             cache_dir: str | None = None, families: FamilyModule | None = None) -> None:
     """Add each tool's entry to a `tunefw verify` result (its "sanitize" list and "clean"), and
     to each row its verdict under each tool."""
-    entries = [run_tool(tool, jobs, cache_dir) for tool in tools]
+    entries = [run_tool(tool, jobs, cache_dir, families=families) for tool in tools]
     for i, row in enumerate(result["rows"]):
         row["sanitize"] = {e["tool"]: (e["verdicts"][i] if i < len(e["verdicts"]) else None)
                            for e in entries}
@@ -141,8 +145,10 @@ def sanitize(result: dict, jobs: list[Job], tools: list[str],
 def main(argv: list[str]) -> int:
     """The sanitized program: verify the jobs of JOBS, write the result file OUT."""
     jobs_path, out_path, *cache = argv
-    jobs = [Job.from_dict(d) for d in json.loads(Path(jobs_path).read_text())]
-    result = run_verify(jobs, cache[0] if cache else None, timeout_s=JOB_TIMEOUT_S)
+    request = json.loads(Path(jobs_path).read_text())
+    jobs = [Job.from_dict(d) for d in request["jobs"]]
+    result = run_verify(jobs, cache[0] if cache else None, timeout_s=JOB_TIMEOUT_S,
+                        families=load_family_module(request["families"]))
     Path(out_path).write_text(json.dumps(result, default=str))
     return 0
 

@@ -13,7 +13,8 @@ from tunefw.device import DeviceSpec, H200
 from tunefw.errors import UserError
 from tunefw.outcome import TrialSpec
 from tunefw.problem import GemmProblem, parse_shape
-from tunefw.templates import FAMILIES, get_family
+from tunefw.templates import get_family
+from tunefw.templates.family_module import FamilyModule, load_family_module
 
 # Odd M, N and K just past tile multiples, one k-step, one row tile, decode and skinny shapes.
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (129, 136, 264), (1, 4096, 14336),
@@ -56,11 +57,13 @@ def parse_shapes(text: str | None, dtype: str = "bf16") -> list[GemmProblem]:
 
 
 def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
-         device: DeviceSpec = H200) -> list[Job]:
+         device: DeviceSpec = H200, families: FamilyModule | None = None) -> list[Job]:
     """The jobs for a dispatch table (each served entry on its shape and on every given shape it
-    is valid for) or a family (``sample`` random valid configs on each given shape)."""
-    if target in FAMILIES:
-        family = get_family(target)
+    is valid for) or a family (``sample`` random valid configs on each given shape; tunefw's or
+    one of ``families``)."""
+    known = (families or load_family_module(None)).all_families()
+    if target in known:
+        family = known[target]
         if not shapes:
             raise UserError(f"verify {target}: give --shapes edge or a shapes file")
         rng = random.Random(seed)
@@ -84,16 +87,16 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
     return jobs
 
 
-def run_verify(jobs: list[Job], cache_dir: str | None = None,
-               timeout_s: float = TIMEOUT_S) -> dict:
-    """Strictly verify every job on cuda:0 (isolated worker, ``timeout_s`` each); the
-    result-file dict."""
+def run_verify(jobs: list[Job], cache_dir: str | None = None, timeout_s: float = TIMEOUT_S,
+               families: FamilyModule | None = None) -> dict:
+    """Strictly verify every job on cuda:0 (isolated worker, ``timeout_s`` each; the jobs'
+    families are tunefw's or ``families``'); the result-file dict."""
     import torch
     if not torch.cuda.is_available():
         raise UserError("tunefw verify needs a CUDA GPU (none is visible)")
     from tunefw.evaluate.isolated import IsolatedWorker
 
-    worker = IsolatedWorker(cache_dir, mode="verify")
+    worker = IsolatedWorker(cache_dir, mode="verify", families=families and families.path)
     rows = []
     try:
         for job, outcome in zip(jobs, worker.run(j.spec(i, timeout_s) for i, j in enumerate(jobs))):

@@ -16,6 +16,7 @@ import ray
 from tunefw.errors import UserError
 from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.study.spec import SimSettings
+from tunefw.tune import IMPORT_ROOT
 from tunefw.tune.interrupt import stop_on_sigterm
 from tunefw.tune.pool import Job, Slot, WorkerPool
 
@@ -63,8 +64,7 @@ class RaySlot(Slot):
 def connect(address: str | None, gpus: int, backend: str) -> None:
     """Start a local Ray (with N logical GPUs for the simulator) or join a cluster."""
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    os.environ.get("PYTHONPATH", "")) if p)}}
+        p for p in (IMPORT_ROOT, os.environ.get("PYTHONPATH", "")) if p)}}
     if ray.is_initialized():
         return
     if address:

@@ -146,3 +146,22 @@ def test_decide_keeps_the_faster():
 def test_env_switch(monkeypatch, value, on):
     monkeypatch.setenv(guard.ENV, value)
     assert guard.enabled_by_env() is on
+
+
+def test_capturing_sees_graph_capture_and_compile_tracing(monkeypatch):
+    assert guard.capturing() is False  # eager, nothing captured
+    seen = []
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def traced(x):
+        seen.append(guard.capturing())  # runs while dynamo traces
+        return x + 1
+
+    traced(torch.zeros(2))
+    torch._dynamo.reset()
+    assert seen == [True]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert guard.capturing() is False
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert guard.capturing() is True

@@ -115,3 +115,21 @@ def test_dispatch_modes_and_fake_tensors_take_the_op(recording):
     # The mode saw the tunefw::gemm op (no flop formula: 0), not the dispatcher's own matmul
     # (which a direct call would have shown it: 2*4*8*16 flops).
     assert counter.get_total_flops() == 0
+
+
+def test_linear_compiled_with_dynamic_shapes_traces_once_for_every_m(recording):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    mine = tunefw.Linear(16, 8, bias=False)
+    compiled = torch.compile(mine, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for m in (3, 5, 9):
+            x = torch.randn(2, m, 16)
+            assert torch.equal(compiled(x), torch.matmul(x, mine.weight.t()) + 1)  # the dispatcher's
+    assert len(graphs) == 1  # the fake kernel gave a symbolic M: no recompile per M
+    assert recording.calls == [((2 * m, 16), (8, 16), "cpu") for m in (3, 5, 9)]
+    torch._dynamo.reset()

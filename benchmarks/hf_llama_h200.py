@@ -1,0 +1,270 @@
+"""End to end on an H200: a Hugging Face Llama stock against the same model after ``tunefw.patch``.
+
+LlamaForCausalLM with Llama-3-8B's layer sizes (hidden 4096, intermediate 14336, 32 heads, 8 KV
+heads, vocabulary 128256), 2 decoder layers, random bf16 weights. Cases: decode of batch 1, 16 and
+64 (one new token over a static KV cache of 512 past tokens) and prefill of 512 and 2048 tokens
+(batch 1, last-token logits). Each case runs eagerly and as a captured CUDA graph (the decode step
+is captured as serving captures it: static cache, static inputs), stock and patched timed in the
+same run, alternately, ``--rounds`` times. Also: the logits' relative error patched vs stock; the
+host cost per call of tunefw.Linear against nn.Linear on each of the model's shapes (M=1, calls
+back to back, no sync between); which route (rule, family) served each GEMM of each case.
+
+    source benchmarks/device_setup.sh && python3 benchmarks/hf_llama_h200.py --table TABLE.json
+
+``--table`` may be any dispatch table: shapes it does not cover go to cuBLAS through the first-call
+guard and the fallback routes, which is a case worth timing too. Writes $OUT/hf_llama_h200.json
+(else benchmarks/results/); prints a short table last. About 2-4 minutes on an H200, most of it
+the first build of each kernel the table names. ``--cpu-smoke``: a tiny model on the CPU (where
+tunefw.Linear is F.linear and no graph is captured), to check the script, not a result.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+import torch  # noqa: E402
+
+import tunefw  # noqa: E402
+from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
+                            host_us, interleaved, rel_error, twin)
+from tunefw.runtime.guard import table_hash  # noqa: E402
+
+PAST = 512
+DECODE_BATCHES, PREFILL_TOKENS = (1, 16, 64), (512, 2048)
+SMOKE = dict(past=8, decode=(1, 3), prefill=(16,), rounds=3, layers=2, calls=2, host_calls=10)
+
+
+def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
+    """(N, K) -> the names of the model's linear layers of that shape."""
+    shapes: dict[tuple[int, int], list[str]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            shapes.setdefault((m.out_features, m.in_features), []).append(name)
+    return shapes
+
+
+def routes(step, model: torch.nn.Module, dispatcher) -> dict:
+    """Run ``step`` once eagerly, recording each tunefw.Linear call; per GEMM shape: the calls
+    and the route the dispatcher gives those very operands (on CPU: its preview for the table's GPU)."""
+    seen: Counter = Counter()
+    served: dict[str, dict] = {}
+
+    def hook(module, inputs):
+        x = inputs[0].reshape(-1, inputs[0].shape[-1])
+        key = f"{x.shape[0]}x{module.out_features}x{module.in_features}"
+        seen[key] += 1
+        if key not in served:
+            r = (dispatcher.route_for(x, module.weight) if x.is_cuda
+                 else dispatcher.preview(x.shape[0], module.out_features, module.in_features, x.dtype))
+            served[key] = {"path": r.path, "rule": r.rule,
+                           "family": r.entry.family if r.entry is not None else "cublas",
+                           "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}" if r.entry is not None else None,
+                           "reason": r.reason}
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if type(m) is tunefw.Linear]
+    try:
+        step()
+    finally:
+        for h in handles:
+            h.remove()
+    per_shape = {k: {"calls": n, **served[k]} for k, n in seen.items()}
+    return {"per_shape": per_shape, "calls_by_path": _count(per_shape, "path"),
+            "calls_by_family": _count(per_shape, "family")}
+
+
+def _count(per_shape: dict, field: str) -> dict[str, int]:
+    counts: Counter = Counter()
+    for v in per_shape.values():
+        counts[v[field]] += v["calls"]
+    return dict(counts)
+
+
+def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, calls: int = 200,
+               repeats: int = 7) -> dict:
+    """Per (N, K) of the model at M=1: enqueue and wall microseconds per call, nn.Linear (stock)
+    and tunefw.Linear (patched), medians of ``repeats`` alternating repeats."""
+    dev = next(stock.parameters()).device
+    out = {}
+    for (n, k), names in linear_shapes(stock).items():
+        pair = {"nn.Linear": stock.get_submodule(names[0]), "tunefw.Linear": patched.get_submodule(names[0])}
+        x = torch.randn(1, 1, k, device=dev, dtype=torch.bfloat16)
+        samples: dict[str, list] = {name: [] for name in pair}
+        with torch.no_grad():
+            for layer in pair.values():
+                host_us(layer, x, 20, cuda)  # warm: kernels built, guard decided, allocator primed
+            for r in range(repeats):
+                for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
+                    samples[name].append(host_us(pair[name], x, calls, cuda))
+        out[f"1x{n}x{k}"] = {"layers": names, "type_patched": type(pair["tunefw.Linear"]).__name__,
+                             **{name: {"enqueue_us": statistics.median(s[0] for s in v),
+                                       "wall_us": statistics.median(s[1] for s in v)}
+                                for name, v in samples.items()}}
+    return out
+
+
+def run_case(name: str, make, stock, patched, dispatcher, rounds: int, calls: int, cuda: bool) -> dict:
+    """One case: warm-up, routes, eager timing and error, then the same as CUDA graphs."""
+    s_step, p_step = make(stock), make(patched)
+    for _ in range(3):  # the patched model's first calls build its kernels and run the guard
+        s_step(), p_step()
+    if cuda:
+        torch.cuda.synchronize()
+    result: dict = {"case": name, "routes": routes(p_step, patched, dispatcher)}
+    ref = s_step().clone()
+    result["eager"] = {**interleaved(s_step, p_step, rounds, calls, cuda),
+                       "logits": rel_error(p_step(), ref)}
+    if not cuda:
+        result["graph"] = {"skipped": "no CUDA: nothing to capture"}
+        return result
+    try:
+        g_stock, g_patched = Graphed(s_step), Graphed(p_step)
+    except Exception as exc:  # a capture that fails is a result, and the other cases still run
+        result["graph"] = {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"}
+        return result
+    result["graph"] = {**interleaved(g_stock, g_patched, rounds, calls, cuda),
+                       "logits": rel_error(g_patched().clone(), g_stock().clone()),
+                       "stock_graph_vs_eager": rel_error(g_stock().clone(), ref)}
+    del g_stock, g_patched
+    torch.cuda.empty_cache()
+    return result
+
+
+def _smi() -> dict:
+    """The GPU as nvidia-smi reports it now (clocks, power, temperature), or why not."""
+    fields = ("name,driver_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+              "temperature.gpu,power.draw,power.limit")
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)}
+    return dict(zip(fields.split(","), (v.strip() for v in out.splitlines()[0].split(","))))
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=REPO, timeout=20).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _elapsed(since: datetime.datetime) -> float:
+    return (datetime.datetime.now(datetime.timezone.utc) - since).total_seconds()
+
+
+def cases(smoke: bool) -> list[tuple[str, str, int]]:
+    """(label, kind, size): decode batches, then prefill lengths."""
+    decode = SMOKE["decode"] if smoke else DECODE_BATCHES
+    prefill = SMOKE["prefill"] if smoke else PREFILL_TOKENS
+    return [(f"decode b={b}", "decode", b) for b in decode] + \
+           [(f"prefill {t}", "prefill", t) for t in prefill]
+
+
+def _routes_text(case: dict) -> str:
+    fam = case.get("routes", {}).get("calls_by_family", {})
+    return ", ".join(f"{k} {v}" for k, v in sorted(fam.items()))
+
+
+def print_table(report: dict) -> None:
+    """Host cost per shape, then one line per case and mode."""
+    print(f"\n{report['label']}: {report['env'].get('gpu', 'CPU')}, table {report['env']['table']}")
+    print(f"{'host us/call (M=1)':24s} {'nn.Linear':>18s} {'tunefw.Linear':>18s}   (enqueue / wall)")
+    for shape, v in report.get("host_cost", {}).items():
+        a, b = v["nn.Linear"], v["tunefw.Linear"]
+        print(f"  {shape:22s} {a['enqueue_us']:8.1f} /{a['wall_us']:8.1f} "
+              f"{b['enqueue_us']:8.1f} /{b['wall_us']:8.1f}")
+    print(f"{'case':14s} {'mode':6s} {'stock ms':>9s} {'tunefw ms':>9s} {'speedup [min..max]':>22s} "
+          f"{'rel err':>9s}  GEMM calls by family")
+    for case in report["cases"]:
+        for mode in ("eager", "graph"):
+            m = case.get(mode, {})
+            if "speedup" not in m:
+                print(f"{case['case']:14s} {mode:6s} {m.get('error') or m.get('skipped') or '-'}")
+                continue
+            s = m["speedup"]
+            print(f"{case['case']:14s} {mode:6s} {m['stock']['median_ms']:9.4f} "
+                  f"{m['patched']['median_ms']:9.4f} {s['median']:8.3f} [{s['min']:.3f}..{s['max']:.3f}] "
+                  f"{m['logits']['rel_err']:9.2e}  {_routes_text(case)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--table", type=Path, required=True, help="dispatch table (dispatch.json)")
+    ap.add_argument("--cubins", type=Path, help="shipped cubin directory for the table")
+    ap.add_argument("--rounds", type=int, help="alternating timing rounds per case and mode (21)")
+    ap.add_argument("--vocab", type=int, default=LLAMA3_8B["vocab_size"])
+    ap.add_argument("--budget-s", type=float, default=300.0,
+                    help="start no new case after this many seconds (the rest are marked skipped)")
+    ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD)")
+    ap.add_argument("--out", type=Path, help="result file (default: $OUT or benchmarks/results)")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="tiny model on the CPU, to check the script (not a result)")
+    args = ap.parse_args()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    cuda = not args.cpu_smoke
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("hf_llama_h200: no CUDA device (use --cpu-smoke to check the script on CPU)")
+    import transformers
+
+    dev = torch.device("cuda" if cuda else "cpu")
+    sizes = dict(TINY) if args.cpu_smoke else {**LLAMA3_8B, "vocab_size": args.vocab}
+    layers, past = (SMOKE["layers"], SMOKE["past"]) if args.cpu_smoke else (2, PAST)
+    rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 21)
+    name = "hf_llama_cpu_smoke.json" if args.cpu_smoke else "hf_llama_h200.json"
+    out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
+
+    stock = build_model(sizes, layers, dev)
+    patched = twin(stock)
+    dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
+    patch = tunefw.patch(patched, dispatcher)
+    env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or _commit(),
+           "torch": torch.__version__, "cuda": torch.version.cuda,
+           "transformers": transformers.__version__, "python": platform.python_version(),
+           "table": str(args.table), "table_hash": table_hash(dispatcher.table),
+           "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or "")}
+    if cuda:
+        env.update(gpu=torch.cuda.get_device_name(), nvidia_smi_start=_smi())
+    report = {"label": "CPU smoke (torch.matmul; not a GPU result)" if args.cpu_smoke
+              else "H200 end to end: HF Llama stock vs tunefw.patch",
+              "env": env, "model": {**sizes, "num_hidden_layers": layers, "dtype": "bf16",
+                                    "past_tokens": past, "attention": "sdpa"},
+              "patch": {"swapped": len(patch.swapped), "skipped": patch.skipped},
+              "shapes": {f"{n}x{k}": v for (n, k), v in linear_shapes(stock).items()},
+              "rounds": rounds, "cases": []}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        for label, kind, size in cases(args.cpu_smoke):
+            if _elapsed(started) > args.budget_s:
+                report["cases"].append({"case": label, "eager": {"skipped": "time budget"},
+                                        "graph": {"skipped": "time budget"}})
+                continue
+            def make(m, kind=kind, size=size):  # the same seed for both: same tokens
+                gen = torch.Generator().manual_seed(size)
+                return Decode(m, stock, size, past, gen) if kind == "decode" else Prefill(m, size, gen)
+            calls = SMOKE["calls"] if args.cpu_smoke else 20 if kind == "decode" else max(2, 4096 // size)
+            report["cases"].append(run_case(label, make, stock, patched, dispatcher, rounds, calls, cuda))
+            out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
+            print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
+        report["host_cost"] = host_costs(stock, patched, cuda, SMOKE["host_calls"] if args.cpu_smoke else 200)
+    if cuda:
+        env["nvidia_smi_end"] = _smi()
+    env["wall_s"] = round(_elapsed(started), 1)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"wrote {out}")
+    print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

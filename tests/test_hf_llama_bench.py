@@ -1,0 +1,77 @@
+"""benchmarks/hf_llama_h200.py's steps on CPU: the decode step over the static cache computes what
+a full forward computes and can be replayed (a captured graph replays it), and the route counts."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="needs transformers (pip install 'tunefw[hf]')")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import hf_llama_h200 as bench  # noqa: E402
+from hf_llama_steps import TINY, Decode, Prefill, build_model, twin  # noqa: E402
+
+import tunefw  # noqa: E402
+from tunefw.runtime import ops  # noqa: E402
+
+VOCAB = TINY["vocab_size"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    # fp32 and a wide init: attention is sharp, so a wrong position or mask shows in the logits
+    return build_model({**TINY, "initializer_range": 0.2}, 2, torch.device("cpu")).float()
+
+
+def _rel(x, ref):
+    return (torch.linalg.vector_norm(x - ref) / torch.linalg.vector_norm(ref)).item()
+
+
+def test_decode_step_matches_a_full_forward_and_replays_identically(model):
+    with torch.no_grad():
+        step = Decode(model, model, 2, 8, torch.Generator().manual_seed(3))
+        first, second = step(), step()
+        gen = torch.Generator().manual_seed(3)  # the prompt, then the new token, as Decode draws them
+        prompt = torch.randint(VOCAB, (2, 8), generator=gen)
+        token = torch.randint(VOCAB, (2, 1), generator=gen)
+        ref = model(input_ids=torch.cat([prompt, token], 1), use_cache=False).logits[:, -1:]
+    assert torch.equal(step.ids, token) and first.shape == (2, 1, VOCAB)
+    assert _rel(first, ref) < 1e-4
+    assert torch.equal(first, second)  # the write position was put back: same slot, same result
+    assert [int(c) for c in step.counters] == [9, 9]
+    with torch.no_grad():
+        step.pos.fill_(9)  # a wrong position is visible (the test can tell)
+        assert _rel(step(), ref) > 0.1
+
+
+def test_prefill_step_gives_the_last_tokens_logits(model):
+    with torch.no_grad():
+        step = Prefill(model, 12, torch.Generator().manual_seed(5))
+        ref = model(input_ids=step.ids, use_cache=False).logits[:, -1:]
+        got = step()
+    assert got.shape == (1, 1, VOCAB) and _rel(got, ref) < 1e-4
+
+
+def test_route_counts_name_every_gemm_of_a_step(model):
+    saved = dict(ops._state)
+    try:
+        patched = twin(model).to(torch.bfloat16)
+        dispatcher = tunefw.Dispatcher(REPO / "benchmarks/results/dispatch_decode_h200.json")
+        assert len(tunefw.patch(patched, dispatcher).swapped) == 15
+        with torch.no_grad():
+            got = bench.routes(Prefill(patched, 6, torch.Generator().manual_seed(1)), patched, dispatcher)
+    finally:
+        ops._state.clear()
+        ops._state.update(saved)
+    per = got["per_shape"]
+    assert {k: v["calls"] for k, v in per.items()} == {
+        "6x256x256": 4, "6x128x256": 4, "6x512x256": 4, "6x256x512": 2, "1x1024x256": 1}
+    assert sum(got["calls_by_path"].values()) == sum(got["calls_by_family"].values()) == 15
+    for key, v in per.items():  # the table's own answer for each shape, on its GPU
+        M, N, K = map(int, key.split("x"))
+        route = dispatcher.preview(M, N, K)
+        assert (v["path"], v["family"]) == (route.path, route.entry.family if route.entry else "cublas")

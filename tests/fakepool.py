@@ -26,8 +26,9 @@ class FakePool(WorkerPool):
     """``workers`` simulated workers; ``dies(job, first_seen_index)`` kills the worker."""
 
     def __init__(self, workers: int = 2, dies: Callable[[Job, int], bool] | None = None,
-                 stop_after: int | None = None) -> None:
-        self.evaluator = SimEvaluator(SimSettings(trial_seconds=0.0))
+                 stop_after: int | None = None, evaluator: Any = None) -> None:
+        """``evaluator``: what the workers run (default the simulator, no trial time)."""
+        self.evaluator = evaluator or SimEvaluator(SimSettings(trial_seconds=0.0))
         self.infos = [{"gpu": f"fake{i}", "pid": 0, "device": self.evaluator.device_spec(),
                        "fingerprint": self.evaluator.fingerprint()} for i in range(workers)]
         self.slots = [Slot(i) for i in range(workers)]

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from conftest import REPO
-from tunefw.tune.sampling import ScreenedTPE, forget_cached_trials
+from tunefw.tune.sampling import SCREEN_REDRAWS, ScreenedTPE, forget_cached_trials
 
 PACKAGE = REPO / "tunefw"
 
@@ -34,6 +34,17 @@ def test_the_screen_decides_which_candidate_tpe_proposes():
     study.optimize(lambda t: float(t.suggest_int("x", 0, 9) == 3), n_trials=12)
     after_startup = [t.params["x"] for t in study.trials[2:]]
     assert calls and after_startup == [7] * len(after_startup)
+
+
+def test_tpe_draws_again_while_the_screen_keeps_none_of_its_candidates():
+    sampler = ScreenedTPE(seed=0, n_startup_trials=2, multivariate=True, constant_liar=False)
+    sampler.screen = lambda samples: samples["x"] == 7  # one config of 200
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: float(t.suggest_int("x", 0, 199) == 3), n_trials=12)
+    after_startup = [t.params["x"] for t in study.trials[2:]]
+    # 24 candidates a draw rarely hold x=7; up to SCREEN_REDRAWS more draws mostly find it
+    assert after_startup.count(7) >= 8 and sampler.redraws > SCREEN_REDRAWS
+    assert sampler.missed == (after_startup[-1] != 7)  # the last ask's draws all refused
 
 
 def test_a_study_still_caches_its_trials_and_forgetting_refreshes_them():

@@ -46,8 +46,11 @@ def test_random_is_a_permutation_of_the_recorded_configs_seeds_first():
 def test_tpe_counts_only_recorded_configs():
     sweep = read_sweep(DECODE)
     run = run_search(sweep, "tpe", 0, 16)
-    assert len(run.values) == 16 and run.asks >= 16 + run.not_recorded
+    assert len(run.values) == 16 and run.asks >= 16 + run.not_recorded + run.invalid
     assert len(set(run.values)) == len(run.values)  # no config counted twice
+    # The screen draws again instead of proposing unrecorded configs: before, 64 trials of this
+    # sweep took 42-147 asks (11-43 NOT_RECORDED) per seed
+    assert run.asks <= 2 * len(run.values) and run.redraws > 0
 
 
 def test_run_result_metrics():
@@ -75,6 +78,9 @@ def test_search_eval_cli_json_and_skips(tmp_path):
         assert set(s["median_trials_to"]) == {"1%", "2%", "5%"}
         assert s["median_best_at"]["16"] >= s["median_best_at"]["8"]
     assert "cmaes" in result["left_out"] and "gp" in result["left_out"]
+    assert "count evaluated recorded configs only" in result["counted"]
+    grid = entry["samplers"]["grid"]
+    assert grid["median_not_recorded"] == grid["median_invalid"] == grid["median_redraws"] == 0
 
 
 def test_search_eval_rejects_bad_input():

@@ -4,8 +4,9 @@
 problem). Each config a sweep holds gets its recorded outcome, times and ratio to cuBLAS; a
 config it does not hold gets NOT_RECORDED (nothing is invented): no device time, not counted
 in a problem's budget, told to the sampler as a failure (like INVALID). The driver restricts
-the search to the recorded configs (see ``recorded_keys``), so a budget is spent on them and a
-problem whose recorded configs are all evaluated is done. ``delay`` is the wall time each
+the search to the recorded configs (see ``recorded_keys``: TPE's screen draws again where a
+draw holds none, the grid skips the others), so a budget is spent on them and a problem whose
+recorded configs are all evaluated is done. ``delay`` is the wall time each
 recorded trial takes (default 0), so scheduling behaves as on a device.
 
 Everything it produces says REPLAY: the device name (``REPLAY NVIDIA H200``), the evaluator

@@ -26,6 +26,8 @@ OBJECTIVE = "ratio_vs_cublas"  # the durable studies' metric name
 
 FAMILY_PARAM = "family"  # the Optuna param that chooses the family of a multi-family search
 
+SCREEN_REDRAWS = 16  # extra relative draws of an ask whose candidates the screen all refused
+
 
 def optuna_name(family: KernelTemplate, param: Param) -> str:
     """A knob's Optuna param name, e.g. ``wgmma_sm90.BM`` (families never share knobs)."""
@@ -84,15 +86,35 @@ class ScreenedTPE(optuna.samplers.TPESampler):
     wgmma_sm90 (2x2 clusters, say, are never valid), and each ask costs milliseconds on the
     driver. Optuna has no public hook for this: it overrides the private
     TPESampler._compute_acquisition_func(samples, mpe_below, mpe_above), which
-    tests/test_optuna_hooks.py pins (optuna is bounded below 6 in pyproject.toml)."""
+    tests/test_optuna_hooks.py pins (optuna is bounded below 6 in pyproject.toml).
+
+    Where the screen keeps none of a draw's candidates (a replay's few recorded configs among
+    thousands of valid ones, a nearly enumerated space), the relative sample is drawn again
+    from the same model, up to SCREEN_REDRAWS times: TPE's own distribution conditioned on the
+    screen, where each refused proposal would cost an ask, a row and a failure told to TPE.
+    ``redraws`` counts those draws; ``missed`` says the last sample was still unscreened."""
 
     screen: Callable[[dict[str, np.ndarray]], np.ndarray | None] | None = None
+    redraws = 0
+    missed = False
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[override]
+        """TPE's relative sample, drawn again while the screen kept none of its candidates."""
+        for draw in range(SCREEN_REDRAWS + 1):
+            self.missed = False
+            params = super().sample_relative(study, trial, search_space)
+            if not self.missed:
+                break
+            self.redraws += draw < SCREEN_REDRAWS
+        return params
 
     def _compute_acquisition_func(self, samples, *estimators):  # type: ignore[override]
         values = super()._compute_acquisition_func(samples, *estimators)
         keep = self.screen(samples) if self.screen is not None else None
         if keep is not None and keep.any():
             values = np.where(keep, values, -np.inf)
+        elif keep is not None:
+            self.missed = True
         return values
 
 

@@ -120,6 +120,7 @@ class ProblemSearch:
         if isinstance(sampler, ScreenedTPE):
             sampler.screen = lambda samples: screen_candidates(samples, self.families,
                                                                self.problem, self.device, known)
+            sampler.missed = False
         elif isinstance(sampler, RemoteTPE):
             sampler.known = known
         trial = self.study.ask()
@@ -130,10 +131,18 @@ class ProblemSearch:
         key = config_key(fam_name, config)
         reason = family.check(config, self.problem, self.device)
         if reason is not None or key in known:
-            self.stall += 1
+            # TPE's redraws found nothing the screen keeps: enumerate on the next ask
+            missed = isinstance(sampler, ScreenedTPE) and sampler.missed
+            self.stall = STALL_LIMIT if missed else self.stall + 1
         else:
             self.stall = 0
         return Proposal(trial, fam_name, config, key, reason)
+
+    @property
+    def redraws(self) -> int:
+        """Relative draws TPE's screen refused and drew again (in-process TPE only)."""
+        sampler = self.study.sampler
+        return sampler.redraws if isinstance(sampler, ScreenedTPE) else 0
 
     def restore(self, recorded: list[tuple]) -> None:
         """Write back durable trials a killed launch recorded as rows but never mirrored:

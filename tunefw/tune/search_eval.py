@@ -4,8 +4,9 @@ Offline and in-process (no Ray, no database): for each sweep, sampler and seed, 
 sweep (``ProblemSearch``: the sampler, its seed configs, the screen, the stall fallback) asks
 one config at a time and is told the recorded outcome, as the replay backend would tell it.
 The search space is the sweep's measured configs: a config the sweep does not hold is
-NOT_RECORDED, screened out like a config check() rejects, told to the sampler as a failure
-and not counted; so on a sweep that holds a subset of the valid space this measures the
+NOT_RECORDED, screened out like a config check() rejects (TPE draws again where a draw holds
+no recorded config), told to the sampler as a failure and not counted: trials are evaluated
+recorded configs only; so on a sweep that holds a subset of the valid space this measures the
 search among that subset (a recorded TPE run's proposals are a biased subset: search-eval on
 them says how fast a sampler finds their best, not the space's).
 """
@@ -55,6 +56,8 @@ class RunResult:
     values: list[float | None] = field(default_factory=list)
     asks: int = 0
     not_recorded: int = 0
+    invalid: int = 0
+    redraws: int = 0  # TPE draws the screen refused and drew again (no ask, no trial)
     exhausted: bool = False
 
     def trials_to(self, target: float) -> int | None:
@@ -122,6 +125,7 @@ def run_search(sweep: Sweep, sampler: str, seed: int, budget: int,
             break
         result.asks += 1
         if prop.invalid_reason is not None:
+            result.invalid += 1
             search.tell(prop.trial, None)
         elif prop.key in measured:  # a repeat: answered from the row, costs nothing
             search.tell(prop.trial, measured[prop.key])
@@ -135,6 +139,7 @@ def run_search(sweep: Sweep, sampler: str, seed: int, budget: int,
             measured[prop.key] = value
             result.values.append(value)
     result.exhausted = result.exhausted or len(result.values) >= len(space)
+    result.redraws = search.redraws
     return result
 
 
@@ -166,7 +171,9 @@ def evaluate_sweep(sweep: Sweep, samplers: list[str], seeds: int, budgets: list[
             runs = [run_search(sweep, name, seed, max(budgets), device) for seed in range(seeds)]
         entry: dict = {"median_trials_to": {}, "reached": {}, "median_best_at": {},
                        "median_asks": _median(r.asks for r in runs),
-                       "median_not_recorded": _median(r.not_recorded for r in runs)}
+                       "median_not_recorded": _median(r.not_recorded for r in runs),
+                       "median_invalid": _median(r.invalid for r in runs),
+                       "median_redraws": _median(r.redraws for r in runs)}
         for t in THRESHOLDS:
             hits = [r.trials_to(reference * (1 - t)) for r in runs]
             entry["median_trials_to"][f"{t:.0%}"] = _median(hits)
@@ -197,6 +204,10 @@ def search_eval(paths: list[str], samplers: list[str], seeds: int, budgets: list
                          "(others NOT_RECORDED: told as failures, not counted); trials to reach "
                          "X% = evaluated trials until a ratio >= (1-X) x the reference; median "
                          "over seeds, null where most seeds never reached it"),
+              "counted": ("trials (budgets, trials to X%) count evaluated recorded configs "
+                          "only; INVALID and NOT_RECORDED proposals, repeats and TPE's screen "
+                          "redraws are not trials: asks, median_invalid, median_not_recorded "
+                          "and median_redraws say what they cost"),
               "sweeps": [], "skipped": []}
     for file in files:
         sweep = read_sweep(file)

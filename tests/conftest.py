@@ -137,6 +137,15 @@ def launch_argv(head: RayHead, *args: str) -> list[str]:
     return [sys.executable, "-m", "tunefw", "launch", *args, "--address", head.address]
 
 
+def db_rows(url: str, sql: str) -> list[tuple]:
+    """The rows one SQL query reads from a SQLite database file."""
+    con = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
 def db_dump(url: str) -> list[str]:
     """Every row of every table, to prove a failed command changed nothing."""
     path = url.removeprefix("sqlite:///")

@@ -5,7 +5,9 @@ import sys
 
 from rich.console import Console
 
-PIPE_WIDTH = 400  # rich cuts tables at 80 columns when stdout is not a terminal
+# Outside a terminal rich takes 80 columns and wraps a wider row (or cuts its cells); no row
+# tunefw prints comes near this, so each stays one whole line for grep and logs.
+PIPE_WIDTH = 100_000
 
 
 def console(**kwargs) -> Console:

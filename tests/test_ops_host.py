@@ -10,14 +10,19 @@ from tunefw.runtime import ops
 
 
 class Recording:
-    """A dispatcher that records its calls and returns a + 1 @ b.T (so a call is visible)."""
+    """A dispatcher that records its calls and returns a + 1 @ b.T (so a call is visible);
+    with ``cublas`` set, its plans route every shape to cuBLAS."""
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.cublas = False
 
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         self.calls.append((tuple(a.shape), tuple(b.shape), a.device.type))
         return torch.matmul(a, b.t()) + 1
+
+    def plan_for(self, a: torch.Tensor, b: torch.Tensor):
+        return None if self.cublas else self.gemm
 
 
 @pytest.fixture
@@ -101,6 +106,19 @@ def test_non_cpu_linear_goes_straight_to_the_dispatcher_without_grad(recording):
     assert recording.calls == [((6, 16), (8, 16), "meta")]  # one call, on the flattened input
     y = mine(x)  # the weight requires grad: the op (its Meta kernel), not the dispatcher
     assert y.shape == (2, 3, 8) and y.requires_grad and len(recording.calls) == 1
+
+
+def test_a_cublas_route_is_nn_linears_own_call_with_the_bias_fused(recording, monkeypatch):
+    recording.cublas = True
+    linear_calls = []
+    monkeypatch.setattr(ops, "_linear", lambda x, w, b: linear_calls.append((x.shape, b)) or
+                        torch.empty(*x.shape[:-1], w.shape[0], device=x.device))
+    mine = tunefw.Linear(16, 8, device="meta")
+    x = torch.empty(2, 3, 16, device="meta")
+    with torch.no_grad():
+        y = mine(x)
+    assert y.shape == (2, 3, 8) and recording.calls == []  # no kernel, no separate bias add
+    assert linear_calls == [((2, 3, 16), mine.bias)]  # the 3-D input as given, bias and all
 
 
 def test_dispatch_modes_and_fake_tensors_take_the_op(recording):

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Any, Iterable
 
 import optuna
@@ -22,7 +21,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tunefw.device import DeviceSpec
-from tunefw.framing import recv, send
+from tunefw.framing import helper_pythonpath, recv, send
 from tunefw.problem import GemmProblem
 from tunefw.tune.sampling import forget_cached_trials, make_sampler, screen_candidates
 
@@ -35,9 +34,7 @@ class SamplerHost:
     """The driver's handle on the host process (started here, stopped by close())."""
 
     def __init__(self) -> None:
-        package_root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=helper_pythonpath())
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from tunefw.tune.sampler_host import serve; serve()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,

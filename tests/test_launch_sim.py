@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO, invoke_cli, launch_argv, launch_on, run_cli, seed_study
+from conftest import REPO, db_rows, invoke_cli, launch_argv, launch_on, run_cli, seed_study
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +31,6 @@ def _study_file(tmp_path, name="q", trials=6, trial_seconds=0.05, timeout_s=20, 
     return path
 
 
-def _rows(db_url, sql):
-    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path, ray_head):
     study = _study_file(tmp_path, trials=8)
     assert invoke_cli("study", "create", "q", "--from", str(study), db=db_url).returncode == 0
@@ -51,7 +43,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path, ray_head):
     assert launched.returncode == 0, launched.stderr
     assert "SIMULATED" in launched.stdout
     assert re.search(r"trial \d+ \S+ OK [\d.]+ TFLOP/s [\d.]+x cuBLAS gpu", launched.stdout)
-    gpus = {g for (g,) in _rows(db_url, "SELECT gpu FROM tunefw_trial WHERE status='OK'")}
+    gpus = {g for (g,) in db_rows(db_url, "SELECT gpu FROM tunefw_trial WHERE status='OK'")}
     assert len(gpus) >= 4 and gpus <= {str(i) for i in range(8)}
     shown = json.loads(invoke_cli("study", "show", "q", "--json", db=db_url).stdout)
     for p in shown["problems"]:
@@ -84,7 +76,7 @@ def test_quickstart_flow_on_eight_pinned_workers(db_url, tmp_path, ray_head):
 def _told_the_ratios(db_url, durable, problem_id):
     """Each OK row's durable Optuna trial holds its ratio to cuBLAS (the objective), not TFLOP/s;
     the study's best is the best ratio."""
-    ratios = dict(_rows(db_url, "SELECT optuna_trial, tflops / cublas_tflops FROM tunefw_trial "
+    ratios = dict(db_rows(db_url, "SELECT optuna_trial, tflops / cublas_tflops FROM tunefw_trial "
                                 f"WHERE status='OK' AND problem_id={problem_id}"))
     assert ratios and all(0 < r < 2 for r in ratios.values())
     assert {t.number: t.value for t in durable.trials if t.value is not None} == pytest.approx(ratios)
@@ -97,9 +89,9 @@ def test_faults_become_outcomes_and_never_win(db_url, tmp_path, ray_head):
     assert invoke_cli("study", "create", "f", "--from", str(study), db=db_url).returncode == 0
     launched = launch_on(ray_head, "f", "--gpus", "4", "--backend", "sim", db=db_url, timeout=600)
     assert launched.returncode == 0, launched.stderr
-    statuses = {s for (s,) in _rows(db_url, "SELECT status FROM tunefw_trial")}
+    statuses = {s for (s,) in db_rows(db_url, "SELECT status FROM tunefw_trial")}
     assert {"OK", "RUNTIME_CRASH", "TIMEOUT", "WRONG_ANSWER", "COMPILE_ERROR"} <= statuses
-    logs = dict(_rows(db_url, "SELECT status, log FROM tunefw_trial WHERE status IN "
+    logs = dict(db_rows(db_url, "SELECT status, log FROM tunefw_trial WHERE status IN "
                               "('COMPILE_ERROR', 'WRONG_ANSWER', 'RUNTIME_CRASH')"))
     assert "undefined_symbol_for_fault_injection" in logs["COMPILE_ERROR"]  # a real compiler log
     assert "rows over their limit" in logs["WRONG_ANSWER"]  # the real verifier's verdict
@@ -108,7 +100,7 @@ def test_faults_become_outcomes_and_never_win(db_url, tmp_path, ray_head):
     assert shown["stats"]["restarts"] >= 2
     for p in shown["problems"]:
         assert p["evaluated"] == 14
-        winner_status = _rows(db_url, f"SELECT status FROM tunefw_trial WHERE id="
+        winner_status = db_rows(db_url, f"SELECT status FROM tunefw_trial WHERE id="
                                       f"{p['best']['trial_id']}")
         assert winner_status == [("OK",)]
 
@@ -123,28 +115,28 @@ def test_kill_minus_nine_then_resume(db_url, tmp_path, ray_head):
     deadline = time.time() + 180
     while time.time() < deadline:
         time.sleep(0.5)
-        n = _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0] \
+        n = db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0] \
             if Path(db_url.removeprefix("sqlite:///")).exists() else 0
         if n >= 5:
             break
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    before = _rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
+    before = db_rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
     assert 0 < len([r for r in before if r[2] != "INVALID"]) < 24
     resumed = launch_on(ray_head, "k", "--gpus", "2", "--backend", "sim", db=db_url)
     assert resumed.returncode == 0, resumed.stderr
-    after = _rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
+    after = db_rows(db_url, "SELECT id, config_key, status, tflops FROM tunefw_trial ORDER BY id")
     assert after[:len(before)] == before  # finished rows keep their ids and values
-    for (pid,) in _rows(db_url, "SELECT id FROM tunefw_problem"):
-        evaluated = _rows(db_url, f"SELECT config_key FROM tunefw_trial WHERE problem_id={pid} "
+    for (pid,) in db_rows(db_url, "SELECT id FROM tunefw_problem"):
+        evaluated = db_rows(db_url, f"SELECT config_key FROM tunefw_trial WHERE problem_id={pid} "
                                   "AND status != 'INVALID'")
         assert len(evaluated) == 12
         assert len(set(evaluated)) == 12  # no config measured twice
-    for pid, key in _rows(db_url, "SELECT id, key FROM tunefw_problem"):  # Optuna saw each once
+    for pid, key in db_rows(db_url, "SELECT id, key FROM tunefw_problem"):  # Optuna saw each once
         durable = optuna.load_study(study_name=f"k/{key}/r0", storage=db_url)
         assert len(durable.trials) == 12
         _told_the_ratios(db_url, durable, pid)
-        numbers = _rows(db_url, "SELECT t.optuna_trial FROM tunefw_trial t JOIN tunefw_problem p "
+        numbers = db_rows(db_url, "SELECT t.optuna_trial FROM tunefw_trial t JOIN tunefw_problem p "
                                 f"ON p.id = t.problem_id WHERE p.key = '{key}' AND "
                                 "t.status != 'INVALID' ORDER BY t.optuna_trial")
         assert [n for (n,) in numbers] == list(range(12))
@@ -155,9 +147,10 @@ def test_launch_through_a_ray_head_address(db_url, tmp_path, ray_head):
     assert invoke_cli("study", "create", "r", "--from", str(study), db=db_url).returncode == 0
     launched = launch_on(ray_head, "r", "--gpus", "2", "--backend", "sim", db=db_url)
     assert launched.returncode == 0, launched.stderr
-    assert _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='OK'")[0][0] >= 1
-    too_many = launch_on(ray_head, "r", "--gpus", str(ray_head.gpus + 1), "--backend", "sim",
-                         db=db_url)
+    assert db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='OK'")[0][0] >= 1
+    assert invoke_cli("study", "create", "r2", "--from", str(study), db=db_url).returncode == 0
+    too_many = launch_on(ray_head, "r2", "--gpus", str(ray_head.gpus + 1), "--backend", "sim",
+                         db=db_url)  # (r is finished: its launch would say so before Ray)
     assert too_many.returncode != 0
     assert too_many.stderr.strip().splitlines() == [
         f"tunefw: error: --gpus {ray_head.gpus + 1}: the Ray cluster has {ray_head.gpus} GPU(s)"]
@@ -171,33 +164,35 @@ def test_time_limit_stops_cleanly_and_a_second_launch_finishes(db_url, tmp_path,
                       db=db_url)
     assert first.returncode == 0, first.stderr
     assert "time limit reached" in first.stdout
-    done = _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0]
+    done = db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status != 'INVALID'")[0][0]
     assert 1 <= done < 10
-    assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(0,)]  # not confirmed yet
+    assert db_rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(0,)]  # not confirmed yet
     second = launch_on(ray_head, "t", "--gpus", "1", "--backend", "sim", db=db_url)
     assert second.returncode == 0, second.stderr
-    keys = _rows(db_url, "SELECT config_key FROM tunefw_trial WHERE status != 'INVALID'")
+    keys = db_rows(db_url, "SELECT config_key FROM tunefw_trial WHERE status != 'INVALID'")
     assert len(keys) == 10 == len(set(keys))
-    assert _rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(1,)]
+    assert db_rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(1,)]
     third = launch_on(ray_head, "t", "--gpus", "1", "--backend", "sim", db=db_url)
     assert "nothing left to run" in third.stdout
 
 
 def test_resume_on_another_device_or_space_needs_a_new_round(db_url, ray_head):
-    # round 0 as a SIMULATED launch left it
+    # round 0 as a SIMULATED launch stopped in its confirmation left it (work left: a launch
+    # starts; a finished study is said so before that, whatever the device)
     seed_study(db_url, "g", ("256x256x256",), trials=3, sim={"trial_seconds": 0.05})
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    con.execute("DELETE FROM tunefw_winner")
     con.execute("""UPDATE tunefw_study SET fingerprint = json_set(fingerprint, '$.name',
                    'NVIDIA A100-SXM4-80GB')""")
     con.commit()
     con.close()
-    before = _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id")
+    before = db_rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id")
     refused = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 ran on NVIDIA A100-SXM4-80GB, this launch is on "
         "SIMULATED NVIDIA H200: pass --new-round to start a new round"]
-    assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
+    assert db_rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))  # same GPU, older timing method
     con.execute("""UPDATE tunefw_study SET fingerprint = json_remove(json_set(fingerprint,
                    '$.name', 'SIMULATED NVIDIA H200'), '$.method')""")
@@ -207,7 +202,7 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, ray_head):
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 was timed with method unversioned, this launch times "
         "with anchored-2: pass --new-round to start a new round"]
-    assert _rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
+    assert db_rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("UPDATE tunefw_study SET fingerprint = NULL, space_hashes = '{}'")
     con.execute("UPDATE tunefw_study SET fingerprint = "
@@ -218,7 +213,7 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, ray_head):
     assert "parameter space changed" in changed.stderr
     again = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", "--new-round", db=db_url)
     assert again.returncode == 0, again.stderr
-    rounds = _rows(db_url, "SELECT round, count(*) FROM tunefw_trial WHERE status != 'INVALID' "
+    rounds = db_rows(db_url, "SELECT round, count(*) FROM tunefw_trial WHERE status != 'INVALID' "
                            "GROUP BY round")
     assert rounds == [(0, 3), (1, 3)]
 
@@ -230,7 +225,7 @@ def test_a_second_study_reuses_stored_measurements(db_url, tmp_path, ray_head):
     second = _study_file(tmp_path, name="b", trials=4, shapes=("256x256x256",))
     assert invoke_cli("study", "create", "b", "--from", str(second), db=db_url).returncode == 0
     assert launch_on(ray_head, "b", "--gpus", "1", "--backend", "sim", db=db_url).returncode == 0
-    reused = _rows(db_url, "SELECT t.config_key, t.tflops, o.config_key, o.tflops FROM "
+    reused = db_rows(db_url, "SELECT t.config_key, t.tflops, o.config_key, o.tflops FROM "
                            "tunefw_trial t JOIN tunefw_trial o ON o.id = t.reused_from")
     assert reused, "the seeds are proposed again and answered from study a's rows"
     assert all(k == ok and v == ov for k, v, ok, ov in reused)
@@ -261,7 +256,7 @@ def _count_ok(db_url):
     if not Path(db_url.removeprefix("sqlite:///")).exists():
         return 0
     try:
-        return _rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status = 'OK'")[0][0]
+        return db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status = 'OK'")[0][0]
     except sqlite3.OperationalError:  # tables not created yet
         return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import sys
 
 import pytest
@@ -16,7 +17,7 @@ from rich.console import Console
 
 import tunefw.tune.interrupt
 import tunefw.tune.sweep
-from conftest import invoke_cli
+from conftest import db_dump, db_rows, invoke_cli
 from fakepool import FakePool
 from tunefw.cli.progress import LaunchProgress
 from tunefw.cli.startup import startup_lines
@@ -102,6 +103,31 @@ def test_the_first_trial_wait_is_stored_and_shown(db_url, fake_ray):
     assert (f"last launch: 6 trials in {stats['wall_s']:.1f} s ({stats['trials_per_s']:.2f}/s), "
             f"GPU busy {stats['gpu_busy_mean']:.0%}, first trial {first:.1f} s after launch "
             "[SIMULATED]") in shown
+
+
+def test_a_finished_study_is_said_so_before_any_worker_starts(db_url, fake_ray):
+    _launch(db_url)
+    before = db_dump(db_url)
+    again = invoke_cli("launch", "s", "--gpus", "2", "--backend", "sim", db=db_url)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "study s: nothing left to run (every problem has its budget and its confirmed winner); "
+        "--new-round starts a new round"]
+    assert len(fake_ray) == 1 and db_dump(db_url) == before  # no workers asked for, no rows
+    # a winner lost (a launch stopped in its confirmation): the launch starts and confirms
+    con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    con.execute("DELETE FROM tunefw_winner WHERE problem_id = (SELECT min(id) FROM "
+                "tunefw_problem)")
+    con.commit()
+    con.close()
+    confirmed = invoke_cli("launch", "s", "--gpus", "2", "--backend", "sim", db=db_url)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert len(fake_ray) == 2 and "confirming" in confirmed.stdout
+    assert db_rows(db_url, "SELECT count(*) FROM tunefw_winner") == [(2,)]
+    new_round = invoke_cli("launch", "s", "--gpus", "2", "--backend", "sim", "--new-round",
+                           db=db_url)
+    assert new_round.returncode == 0, new_round.stderr
+    assert len(fake_ray) == 3 and db_rows(db_url, "SELECT round FROM tunefw_study") == [(1,)]
 
 
 def _progress(spaces_for=None) -> tuple[LaunchProgress, io.StringIO]:

@@ -46,6 +46,7 @@ A100 = DeviceSpec(
     smem_per_sm=167936, l2_bytes=40 * 2**20, peak_tflops_bf16=312.0, mem_bandwidth_gbs=2039.0,
 )
 KNOWN_DEVICES = {d.name: d for d in (H200, H100, A100)}
+SIM_DEVICE = H200  # what the SIMULATED device models (here: a launch names it before Ray starts)
 
 
 def spec_for(name: str, cc: int, sm_count: int, smem_optin: int, smem_per_sm: int,

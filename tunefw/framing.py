@@ -1,10 +1,19 @@
 """Length-prefixed pickle frames over a pipe: how the driver talks to its helper processes
-(compiler workers, the sampler host)."""
+(compiler workers, the sampler host); and the PYTHONPATH those (and Ray's workers) start with."""
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+from pathlib import Path
 from typing import Any
+
+
+def helper_pythonpath() -> str:
+    """PYTHONPATH for a process the driver starts: the folder holding this tunefw package first
+    (a helper imports the driver's tunefw, not another one installed), then the driver's own."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
 
 
 def send(stream, obj: Any) -> None:

@@ -38,10 +38,12 @@ def _pick_backend(backend: str, gpus: int, address: Optional[str]) -> str:
 
 
 def _local_gpus() -> int:
+    """The GPUs visible here, asked of the CUDA driver (torch's import costs seconds): 0 where
+    there is no driver or no device."""
     try:
-        import torch
-        return torch.cuda.device_count()
-    except Exception:
+        from tunefw.cuda.driver import visible_count
+        return visible_count()
+    except Exception:  # no libcuda, CUDA_ERROR_NO_DEVICE, ...
         return 0
 
 
@@ -77,7 +79,13 @@ def launch(
     with store.session() as s:
         row = q.get_study(s, study)  # fail on an unknown study before Ray starts
         name, spec = row.name, StudySpec.from_dict(row.spec)
+        idle = not new_round and not q.has_work(s, row, spec.trials)
     chosen = _pick_backend(backend, gpus, address)
+    if idle:  # said before Ray and the workers start: they would have nothing to do
+        out.print(f"study {name}: nothing left to run (every problem has its budget and its "
+                  "confirmed winner); --new-round starts a new round", markup=False,
+                  highlight=False)
+        return
     replay = backend if chosen == "replay" else None
     device = expected_device(chosen, replay, address)
     for line in startup_lines(spec, chosen, gpus, device):  # within a second, before Ray

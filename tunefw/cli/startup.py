@@ -4,7 +4,7 @@ workers will report where that is known ahead: else once they report it)."""
 from __future__ import annotations
 
 from tunefw.cli.render import tag
-from tunefw.device import DeviceSpec
+from tunefw.device import SIM_DEVICE, DeviceSpec
 from tunefw.study.spec import StudySpec
 from tunefw.tune.space import SpaceSize, space_sizes
 
@@ -17,7 +17,6 @@ def expected_device(backend: str, replay: str | None, address: str | None) -> De
     H200, the replayed sweeps' device, this machine's GPU 0; None for a Ray cluster's GPUs (or
     a driver that cannot be read here)."""
     if backend == "sim":
-        from tunefw.evaluate.sim import SIM_DEVICE
         return SIM_DEVICE
     if backend == "replay":
         from tunefw.evaluate.replay import parse_backend, recorded_device

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunefw.framing import recv, send
+from tunefw.framing import helper_pythonpath, recv, send
 
 WORKER_START_TIMEOUT_S = 120.0
 
@@ -121,9 +121,7 @@ class Worker:
     """One compiler process in its own process group (nvcc's children die with it)."""
 
     def __init__(self, backend: str) -> None:
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=helper_pythonpath())
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from tunefw.cuda.compile_worker import serve; serve()", backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)

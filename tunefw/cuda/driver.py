@@ -59,6 +59,12 @@ def device(index: int) -> Any:
     return check(cu.cuDeviceGet(index), "setup", "cuDeviceGet")
 
 
+def visible_count() -> int:
+    """How many CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied), no context made."""
+    check(cu.cuInit(0), "setup", "cuInit")
+    return check(cu.cuDeviceGetCount(), "setup", "cuDeviceGetCount")
+
+
 def primary_context(dev: Any) -> Any:
     """The device's primary context (the one torch uses), retained."""
     return check(cu.cuDevicePrimaryCtxRetain(dev), "setup", "cuDevicePrimaryCtxRetain")

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tunefw.device import H200, DeviceSpec
+from tunefw.device import SIM_DEVICE, DeviceSpec
 from tunefw.evaluate import method
 from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
@@ -23,7 +23,6 @@ from tunefw.study.spec import FAULTS, SimSettings
 from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
 
-SIM_DEVICE = H200
 CUBLAS_EFFICIENCY = 0.80
 LAUNCH_US = 4.0
 

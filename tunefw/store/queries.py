@@ -186,10 +186,30 @@ def set_winner(s: Session, problem: Problem, trial: Trial, tflops: float,
     return winner
 
 
+def evaluated_count(counts: Counter) -> int:
+    """The trials that count toward a problem's budget, of its outcome counts."""
+    return sum(n for status, n in counts.items() if status not in NOT_COUNTED)
+
+
+def has_work(s: Session, study: Study, budget: int) -> bool:
+    """Whether a launch of the study's round has anything to do: a problem short of ``budget``
+    evaluated trials, or one with OK trials and no winner confirmed from this round."""
+    for problem in study.problems:
+        counts = outcome_counts(s, problem, study.round)
+        if evaluated_count(counts) < budget:
+            return True
+        winner = s.get(Winner, problem.id)
+        confirmed = s.get(Trial, winner.trial_id) if winner and winner.confirmed else None
+        if counts.get(Status.OK.value, 0) and (confirmed is None
+                                               or confirmed.round != study.round):
+            return True
+    return False
+
+
 def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
     """The `study show --json` entry of one problem."""
     counts = outcome_counts(s, problem, study.round)
-    evaluated = sum(n for status, n in counts.items() if status not in NOT_COUNTED)
+    evaluated = evaluated_count(counts)
     winner = s.get(Winner, problem.id)
     best = None
     if winner is not None:

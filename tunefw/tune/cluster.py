@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 
 from tunefw.errors import UserError
+from tunefw.framing import helper_pythonpath
 from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.study.spec import SimSettings
-from tunefw.tune import IMPORT_ROOT
 from tunefw.tune.interrupt import stop_on_sigterm
 from tunefw.tune.pool import Job, Slot, WorkerPool
 
@@ -51,6 +52,21 @@ class GpuWorker:
         return self.evaluator.confirm(spec, compiled)
 
 
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """These environment variables set for the processes started inside, then as they were."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @dataclass
 class RaySlot(Slot):
     """A slot and the actor behind it."""
@@ -63,19 +79,21 @@ class RaySlot(Slot):
 
 def connect(address: str | None, gpus: int, backend: str) -> None:
     """Start a local Ray (with N logical GPUs for the simulator) or join a cluster."""
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        p for p in (IMPORT_ROOT, os.environ.get("PYTHONPATH", "")) if p)}}
     if ray.is_initialized():
         return
+    path = helper_pythonpath()  # the workers import this tunefw
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=False,
-                 logging_level="ERROR")
+        ray.init(address=address, runtime_env={"env_vars": {"PYTHONPATH": path}},
+                 log_to_driver=False, logging_level="ERROR")
     else:
         # address="local": always a Ray of our own, never a cluster another process left
-        # running (ray.init() alone joins one, and then refuses num_gpus: seen in CI).
-        ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1,
-                 include_dashboard=False, runtime_env=env, log_to_driver=False,
-                 logging_level="ERROR")
+        # running (ray.init() alone joins one, and then refuses num_gpus: seen in CI). Its
+        # workers inherit PYTHONPATH from the raylet this starts: without a runtime_env, the
+        # workers Ray starts ahead serve the actors, where a runtime_env has each actor wait
+        # for a fresh process of its own (seconds each on a small machine).
+        with _environ(PYTHONPATH=path):
+            ray.init(address="local", num_gpus=gpus, num_cpus=os.cpu_count() or 1,
+                     include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     stop_on_sigterm()  # ray.init made SIGTERM a SystemExit with a stack dump
     have = int(ray.cluster_resources().get("GPU", 0))
     free = int(ray.available_resources().get("GPU", 0))

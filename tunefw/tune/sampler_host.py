@@ -21,9 +21,8 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tunefw.device import DeviceSpec
-from tunefw.framing import recv, send
+from tunefw.framing import helper_pythonpath, recv, send
 from tunefw.problem import GemmProblem
-from tunefw.tune import IMPORT_ROOT
 from tunefw.tune.sampling import forget_cached_trials, make_sampler, screen_candidates
 
 
@@ -35,8 +34,7 @@ class SamplerHost:
     """The driver's handle on the host process (started here, stopped by close())."""
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (IMPORT_ROOT, env.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=helper_pythonpath())
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from tunefw.tune.sampler_host import serve; serve()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,

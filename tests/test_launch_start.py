@@ -1,0 +1,43 @@
+"""A launch's start-up: what it does before Ray. A finished study is said so without starting
+Ray or importing torch (the GPU count comes from the CUDA driver, the simulated device from
+tunefw.device); the processes a launch starts import the driver's own tunefw."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tunefw
+from conftest import REPO, db_dump, seed_study
+from tunefw.framing import helper_pythonpath
+
+PROBE = """import sys
+from tunefw.cli.app import run
+code = run(sys.argv[1:])
+ray = sys.modules.get("ray")
+print(code, "torch" in sys.modules, bool(ray and ray.is_initialized()))
+"""
+
+
+def test_a_finished_study_starts_no_ray_and_imports_no_torch(db_url):
+    seed_study(db_url, "done", ("256x256x256", "512x512x512"), trials=3)  # budget and winners
+    before = db_dump(db_url)
+    env = dict(os.environ, TUNEFW_DB=db_url, PYTHONPATH=helper_pythonpath(),
+               CUDA_VISIBLE_DEVICES="")  # no GPU: the auto backend picks the simulator
+    ran = subprocess.run([sys.executable, "-c", PROBE, "launch", "done", "--gpus", "8"],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    *said, probe = ran.stdout.splitlines()
+    assert said == ["study done: nothing left to run (every problem has its budget and its "
+                    "confirmed winner); --new-round starts a new round"]
+    assert probe == "0 False False"  # exit 0, torch never imported, no Ray session
+    assert ran.stderr.splitlines() == ["no GPU visible: using the SIMULATED device (--backend sim)"]
+    assert db_dump(db_url) == before
+
+
+def test_helper_processes_import_the_drivers_tunefw(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    first, rest = helper_pythonpath().split(os.pathsep, 1)
+    assert Path(first) / "tunefw" / "__init__.py" == Path(tunefw.__file__).resolve()
+    assert rest == "/elsewhere"

@@ -22,9 +22,10 @@ from fakepool import FakePool
 from tunefw.cli.progress import LaunchProgress
 from tunefw.cli.startup import startup_lines
 from tunefw.device import H200
+from tunefw.problem import GemmProblem
 from tunefw.study.spec import parse_study
-from tunefw.templates import FAMILIES
-from tunefw.tune.space import declared_size
+from tunefw.templates import FAMILIES, get_family
+from tunefw.tune.space import CHECKS_BUDGET, declared_size
 
 SHAPES = ("4096x4096x4096", "16x28672x4096")
 
@@ -67,8 +68,18 @@ def test_the_summary_comes_first_and_before_the_workers(db_url, fake_ray):
     for name, line in families.items():
         assert f"  {name}: {declared_size(name):,} configs declared; valid on NVIDIA H200 " \
                "[SIMULATED]: " in line
-    # stream_sm90's 3,600 configs are counted exactly; the others are estimated and marked
-    assert families["stream_sm90"].endswith("none for 4096x4096x4096, 1,675 for 16x28672x4096")
+    # a family within the per-problem share of the checks budget is counted exactly (here each
+    # of 2 problems gets 1/len(FAMILIES)/2 of it); the others are estimated and marked
+    share = CHECKS_BUDGET // (len(FAMILIES) * 2)
+    problems = (GemmProblem(4096, 4096, 4096), GemmProblem(16, 28672, 4096))
+    exact = [n for n in FAMILIES if declared_size(n) <= share]
+    assert exact and "stream_sm90" not in exact  # 3,600 configs: over the share of 5 families
+    for name in exact:
+        family = get_family(name)
+        counts = [sum(family.check(c, p, H200) is None for c in family.iter_space()) for p in problems]
+        assert families[name].endswith(", ".join(
+            f"{f'{n:,}' if n else 'none'} for {p.M}x{p.N}x{p.K}" for n, p in zip(counts, problems)))
+    assert families["stream_sm90"].endswith("none for 4096x4096x4096, ~1.67k for 16x28672x4096")
     assert "~" in families["wgmma_sm90"] and "estimated from" in summary[-1]
 
 

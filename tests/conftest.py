@@ -80,13 +80,13 @@ class CliResult:
 
 def invoke_cli(*args: str, db: str | None = None, env: dict | None = None,
                cwd: Path | None = None) -> CliResult:
-    """Run `tunefw ARGS` in this process through the real entry point (`tunefw.cli.app.main`, which
+    """Run `tunefw ARGS` in this process through the real entry point (`tunefw.cli.entry.main`, which
     turns every error into one stderr line and an exit code), its streams and environment
     captured by Typer's CliRunner. For commands that start no Ray and no signals: seconds
     faster than a subprocess, which pays the interpreter and the imports each time."""
     from typer.testing import CliRunner
 
-    from tunefw.cli.app import main
+    from tunefw.cli.entry import main
 
     full_env: dict[str, str | None] = {"TUNEFW_DB": db}
     full_env.update(env or {})

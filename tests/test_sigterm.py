@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO, invoke_cli, launch_on
 
 STUDY = """name: term
@@ -58,3 +60,19 @@ def test_sigterm_stops_a_launch_in_one_line_and_it_resumes(tmp_path, ray_head):
     assert again.returncode == 0, again.stderr
     shown = json.loads(invoke_cli("study", "show", "term", "--json", db=str(db)).stdout)
     assert shown["problems"][0]["evaluated"] == 12
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_130(monkeypatch, capsys):
+    # before run_command's own handling: e.g. during the imports of typer, rich or SQLAlchemy
+    import tunefw.cli.app
+    from tunefw.cli import entry
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tunefw.cli.app, "run", interrupted)
+    monkeypatch.setattr("sys.argv", ["tunefw", "study", "list"])
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "tunefw: interrupted before the command started; nothing was run\n"

@@ -1,4 +1,4 @@
 """`python -m tunefw` is the `tunefw` command."""
-from tunefw.cli.app import main
+from tunefw.cli.entry import main
 
 main()

@@ -5,7 +5,6 @@ Every error, usage errors included, is one line on stderr and a non-zero exit.
 """
 from __future__ import annotations
 
-import sys
 from typing import List, Optional
 
 import typer
@@ -69,8 +68,3 @@ def run(args: List[str]) -> int:
         return run_command(typer.main.get_command(app), hoist_db(list(args)), err)
     finally:
         close_all()
-
-
-def main() -> None:
-    """Entry point: run the app, turning every error into one line on stderr."""
-    sys.exit(run(sys.argv[1:]))

@@ -15,9 +15,11 @@
 // no ldmatrix. Rows of B sit K*2 bytes apart (a multiple of 128 when K % 64 == 0), so the two
 // rows of an 8-lane load phase would hit the same banks; odd rows load the two 32-k blocks of a
 // pair in the opposite order and swap them back in registers, and every phase covers 32 banks.
-// Consumer warps split K (KP pairs of 32-k blocks each, their A kept in registers); each stage ends with a fixed-order sum
-// of the warps' partial tiles in shared memory and a store of its rows of C: deterministic, no
-// workspace, no cross-CTA reduction, nothing kept between launches.
+// Consumer warps split K (KP pairs of 32-k blocks each, their A kept in registers); each step
+// (a stage, or the two 4-row stages of one 8-row group) ends with a fixed-order sum of the
+// warps' partial tiles in shared memory (double-buffered: one barrier per step) and a store of
+// its rows of C: deterministic, no workspace, no cross-CTA reduction, nothing kept between
+// launches.
 #pragma once
 
 #include "tunefw/sm80.cuh"
@@ -54,11 +56,19 @@ __device__ __forceinline__ uint4 lds_v4(u32 addr) {
 
 __device__ __forceinline__ uint4 pick(bool swap, uint4 x, uint4 y) { return swap ? y : x; }
 
-// Partial tiles: [WARPS][G][32 lanes][2*MT floats] (c0, c1 and, for 16 rows of A, c2, c3).
+// A step of the consumers is one stage of RS >= 8 rows (RS/8 groups), or the 8/RS stages of
+// fewer rows that make one 8-row group.
+template <int RS>
+struct Step {
+  static constexpr int groups = RS >= 8 ? RS / 8 : 1, stages = RS >= 8 ? 1 : 8 / RS;
+};
+
+// Partial tiles, two buffers (steps alternate): [2][WARPS][groups][32 lanes][2*MT floats]
+// (c0, c1 and, for 16 rows of A, c2, c3).
 template <int RS, int WARPS, int MROWS>
 struct Partials {
-  static constexpr int floats = WARPS * (RS / 8) * 32 * 2 * (MROWS / 8);
-  static constexpr int bytes = floats * 4;
+  static constexpr int buffer = WARPS * Step<RS>::groups * 32 * 2 * (MROWS / 8);
+  static constexpr int floats = 2 * buffer;
 };
 
 // Two MMAs over one 32-k block: 8 k per lane of A (rows g and, for MT = 2, g + 8) and of B.
@@ -81,7 +91,7 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
                    int K) {
   using namespace tunefw;
   using namespace tunefw::rows;
-  constexpr int G = RS / 8, MT = MROWS / 8, CONSUMERS = WARPS * 32;
+  constexpr int MT = MROWS / 8, CONSUMERS = WARPS * 32;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -142,15 +152,24 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
     }
   }
 
-  for (int j = 0; j < stages; ++j) {
-    const int s = j % STAGES, r = r0 + j * RS;
-    sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
-    const u32 stage = ring + (u32)(s * stage_bytes);
+  constexpr int G = Step<RS>::groups, SPS = Step<RS>::stages;
+  const int steps = (stages + SPS - 1) / SPS;
+  for (int t = 0; t < steps; ++t) {
+    const int j0 = t * SPS, r = r0 + t * 8 * G;
+#pragma unroll
+    for (int u = 0; u < SPS; ++u)
+      if (j0 + u < stages) sm90::mbar_wait(full + ((j0 + u) % STAGES) * 8, ((j0 + u) / STAGES) & 1);
     float acc[G][4];
 #pragma unroll
     for (int i = 0; i < G; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
+    u32 rows[G];  // this lane's row of each group: stage j0 + row / RS, row % RS within it
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const int row = i * 8 + g;
+      rows[i] = ring + (u32)(((j0 + row / RS) % STAGES) * stage_bytes + (row % RS) * row_bytes);
+    }
 
 #pragma unroll
     for (int kp = 0; kp < KP; ++kp) {
@@ -163,34 +182,39 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
       const int first = (odd ? k1 : k0) * 2, second = (odd ? k0 : k1) * 2;
 #pragma unroll
       for (int i = 0; i < G; ++i) {
-        const u32 row = stage + (u32)((i * 8 + g) * row_bytes);
-        const uint4 x = f0 ? lds_v4(row + first) : zero;
-        const uint4 y = f1 ? lds_v4(row + second) : zero;
+        const uint4 x = f0 ? lds_v4(rows[i] + first) : zero;
+        const uint4 y = f1 ? lds_v4(rows[i] + second) : zero;
         mma_block<DTYPE, MT>(acc[i], a_lo[kp][0], a_hi[kp][0], pick(odd, x, y));
         mma_block<DTYPE, MT>(acc[i], a_lo[kp][1], a_hi[kp][1], pick(odd, y, x));
       }
     }
     __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(empty + s * 8);
+    if (lane == 0) {
+#pragma unroll
+      for (int u = 0; u < SPS; ++u)
+        if (j0 + u < stages) sm90::mbar_arrive(empty + ((j0 + u) % STAGES) * 8);
+    }
 
-    // Fixed-order sum of the warps' tiles, then this stage's rows of C.
+    // Fixed-order sum of the warps' tiles, then this step's rows of C. The buffers alternate:
+    // a warp writes buffer t & 1 again only past step t + 1's barrier, which every thread
+    // reaches after its share of step t's sum, so one barrier per step is enough.
+    float* buf = part + (t & 1) * Partials<RS, WARPS, MROWS>::buffer;
 #pragma unroll
     for (int i = 0; i < G; ++i)
 #pragma unroll
-      for (int c = 0; c < 2 * MT; ++c) part[((warp * G + i) * 32 + lane) * (2 * MT) + c] = acc[i][c];
+      for (int c = 0; c < 2 * MT; ++c) buf[((warp * G + i) * 32 + lane) * (2 * MT) + c] = acc[i][c];
     sm90::named_bar_sync(1, CONSUMERS);
-    const int rows_here = imin(RS, r1 - r);
+    const int rows_here = imin(8 * G, r1 - r);
     for (int idx = tid; idx < G * 8 * M; idx += CONSUMERS) {
       const int i = idx / (8 * M), rem = idx - i * 8 * M, m = rem >> 3, n = rem & 7;
       if (i * 8 + n >= rows_here) continue;
       const int src = ((m & 7) * 4 + (n >> 1)) * (2 * MT) + (m >> 3) * 2 + (n & 1);
       float sum = 0.f;
 #pragma unroll 4
-      for (int w = 0; w < WARPS; ++w) sum += part[(w * G + i) * 32 * (2 * MT) + src];
+      for (int w = 0; w < WARPS; ++w) sum += buf[(w * G + i) * 32 * (2 * MT) + src];
       const int col = r + i * 8 + n;
       if (bias) sum += swapab::to_f32<DTYPE>(bias[col]);
       C[(size_t)m * N + col] = (u16)(pack_x2<DTYPE>(sum, 0.f) & 0xffffu);
     }
-    sm90::named_bar_sync(1, CONSUMERS);
   }
 }

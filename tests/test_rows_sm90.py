@@ -27,11 +27,15 @@ def test_kp_is_exactly_the_pairs_per_warp():
     assert check({"WARPS": 8, "KP": 8}, 1) is None
     assert "are 8 per warp" in check({"WARPS": 8, "KP": 4}, 1)
     assert "are 5 per warp" in check({"KP": 4}, 1, k=4104)  # 65 pairs: the last one partial
+    assert "spill" in check({"RS": 4, "WARPS": 8, "KP": 8}, 1)
+    assert check({"RS": 4, "STAGES": 6}, 1) is None
     assert "warps without work" in check({"KP": 2, "COPY": 16384, "RS": 16}, 1, k=512)
 
 
 def test_the_ring_grows_with_k_and_must_fit():
-    assert ROWS.smem_bytes(BASE, 4096) == 2 * 8 * 4096 * 2 + 16 * 1 * 32 * 2 * 1 * 4 + 2 * 16
+    assert ROWS.smem_bytes(BASE, 4096) == 2 * 8 * 4096 * 2 + 2 * 16 * 1 * 32 * 2 * 1 * 4 + 2 * 16
+    four = {**BASE, "RS": 4, "STAGES": 6}  # 4-row stages: one group per step still
+    assert ROWS.smem_bytes(four, 4096) == 6 * 4 * 4096 * 2 + 2 * 16 * 1 * 32 * 2 * 1 * 4 + 6 * 16
     assert ROWS.smem_bytes(BASE, 8192) - ROWS.smem_bytes(BASE, 4096) == 2 * 8 * 4096 * 2
     assert check({"STAGES": 3}, 1) is None  # three stages of 8 rows x 8 KB
     assert "shared memory" in check({"RS": 16}, 1)  # two of 16 rows x 8 KB do not fit

@@ -68,7 +68,8 @@ CPP_FITS = {
   if (K % 8 != 0 || RS - 8 >= N || COPY > RS * K * 2) return false;
   const int64_t pairs = cdiv(K, 64);
   if (pairs < WARPS || KP != cdiv(pairs, WARPS)) return false;
-  const int64_t smem = STAGES * RS * K * 2 + WARPS * (RS / 8) * 32 * 2 * (MROWS / 8) * 4 + 16 * STAGES;
+  const int64_t groups = RS >= 8 ? RS / 8 : 1;
+  const int64_t smem = STAGES * RS * K * 2 + 2 * WARPS * groups * 32 * 2 * (MROWS / 8) * 4 + 16 * STAGES;
   return smem <= kSmemPerBlockOptin && OCC * (smem + kSmemReservedPerBlock) <= kSmemPerSm;""",
 }
 # Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the

@@ -32,6 +32,8 @@ SEED_SHAPES = (
     {"RS": 8, "STAGES": 2, "WARPS": 8, "MROWS": 16, "OCC": 1, "COPY": 16384},
     {"RS": 16, "STAGES": 2, "WARPS": 8, "MROWS": 8, "OCC": 1, "COPY": 65536},
     {"RS": 8, "STAGES": 2, "WARPS": 4, "MROWS": 8, "OCC": 2, "COPY": 16384},
+    {"RS": 4, "STAGES": 6, "WARPS": 16, "MROWS": 8, "OCC": 1, "COPY": 32768},
+    {"RS": 4, "STAGES": 4, "WARPS": 16, "MROWS": 8, "OCC": 1, "COPY": 16384},
 )
 
 
@@ -48,8 +50,9 @@ class RowsSm90(KernelTemplate):
     tensor_op = "HMMA"
 
     params = (
-        Param("RS", (8, 16, 32), "whole rows of B per ring stage (RS*K*2 bytes), in 8-row groups"),
-        Param("STAGES", (3, 2, 4), "ring stages in flight"),
+        Param("RS", (8, 4, 16, 32), "whole rows of B per ring stage (RS*K*2 bytes); an 8-row "
+              "group of the MMA spans 8/RS stages when RS = 4"),
+        Param("STAGES", (3, 2, 4, 6), "ring stages in flight"),
         Param("WARPS", (8, 4, 16), "consumer warps (plus one producer warp); they take the "
               "stage's 64-k pairs of blocks in turn"),
         Param("KP", (4, 2, 3, 5, 6, 8), "64-k pairs per consumer warp (ceil(K/64/WARPS) exactly); "
@@ -66,14 +69,15 @@ class RowsSm90(KernelTemplate):
     @staticmethod
     def smem_bytes(config: Config, k: int = REFERENCE_K) -> int:
         """Dynamic shared memory at this K: the ring (STAGES * RS rows of K*2 bytes), the warps'
-        partial tiles and the mbarriers (as the .cuh lays them out)."""
+        partial tiles (two buffers) and the mbarriers (as the .cuh lays them out)."""
         ring = config["STAGES"] * config["RS"] * k * 2
-        partials = config["WARPS"] * (config["RS"] // 8) * 32 * 2 * (config["MROWS"] // 8) * 4
+        groups = max(1, config["RS"] // 8)  # 8-row groups per consumer step
+        partials = 2 * config["WARPS"] * groups * 32 * 2 * (config["MROWS"] // 8) * 4
         return ring + partials + 16 * config["STAGES"]
 
     @staticmethod
     def regs_estimate(config: Config) -> int:
-        groups, mt, kp = config["RS"] // 8, config["MROWS"] // 8, config["KP"]
+        groups, mt, kp = max(1, config["RS"] // 8), config["MROWS"] // 8, config["KP"]
         return groups * 4 + 16 * kp + 4 * kp * (mt - 1) + REG_OVERHEAD
 
     def estimate(self, config: Config) -> Resources:
@@ -103,6 +107,9 @@ class RowsSm90(KernelTemplate):
         if config["KP"] != _cdiv(pairs, warps):
             return (f"KP={config['KP']}: the {pairs} 64-k pairs of K={k} over WARPS={warps} are "
                     f"{_cdiv(pairs, warps)} per warp")
+        if config["RS"] < 8 and config["KP"] > 4:
+            return (f"RS={config['RS']} with KP={config['KP']} > 4: the two stages of a group "
+                    "beside the A it holds spill on sm_90a (seen with KP=8)")
         smem = self.smem_bytes(config, k)
         if smem > device.smem_per_block_optin:
             return (f"shared memory STAGES*RS*K*2 + partials = {smem} B at K={k} > "

@@ -131,10 +131,17 @@ def launch_on(head: RayHead, *args: str, db: str,
                    timeout=timeout)
 
 
+# A child inherits an ignored SIGINT (a suite started in the background by a non-interactive
+# shell, `cmd &`, runs with SIGINT ignored, and so would every launch it starts): the launch a
+# test sends Ctrl-C to starts with Python's own handler, as one started from a terminal does.
+_AS_FROM_A_TERMINAL = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                       "from tunefw.cli.entry import main; main()")
+
+
 def launch_argv(head: RayHead, *args: str) -> list[str]:
     """The command line of `tunefw launch ARGS` on the head, for tests that signal the process
     (their environment needs ``head.env`` too)."""
-    return [sys.executable, "-m", "tunefw", "launch", *args, "--address", head.address]
+    return [sys.executable, "-c", _AS_FROM_A_TERMINAL, "launch", *args, "--address", head.address]
 
 
 def db_rows(url: str, sql: str) -> list[tuple]:

@@ -15,6 +15,7 @@ class Recording:
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.resolved: list[tuple] = []
         self.cublas = False
 
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -22,7 +23,11 @@ class Recording:
         return torch.matmul(a, b.t()) + 1
 
     def plan_for(self, a: torch.Tensor, b: torch.Tensor):
+        self.resolved.append(tuple(a.shape))
         return None if self.cublas else self.gemm
+
+    def known_plan(self, x: torch.Tensor, b: torch.Tensor):
+        return False  # nothing cached: every call resolves (plan_for sees the 2-D shape)
 
 
 @pytest.fixture
@@ -119,6 +124,7 @@ def test_a_cublas_route_is_nn_linears_own_call_with_the_bias_fused(recording, mo
         y = mine(x)
     assert y.shape == (2, 3, 8) and recording.calls == []  # no kernel, no separate bias add
     assert linear_calls == [((2, 3, 16), mine.bias)]  # the 3-D input as given, bias and all
+    assert recording.resolved == [(6, 16)]  # the route was resolved on the flattened shape
 
 
 def test_dispatch_modes_and_fake_tensors_take_the_op(recording):

@@ -226,3 +226,13 @@ def test_kernel_argument_buffer_points_at_the_values():
     pointers = [ctypes.c_void_p.from_address(slots[i]).value or 0 for i in range(4)]
     ints = [ctypes.c_int.from_address(slots[i]).value for i in range(4, 7)]
     assert pointers == [0x1000, 0x2000, 0x3000, 0] and ints == [64, 128, 256]
+
+
+def test_known_plan_finds_the_plan_of_the_flattened_input_without_a_reshape():
+    # tunefw.Linear asks before it reshapes: a cached cuBLAS route (None) skips the reshape
+    d = Dispatcher.__new__(Dispatcher)
+    w = torch.empty(8, 16, device="meta")
+    d._plans = {(torch.Size([6, 16]), w.shape, torch.float32, torch.float32, -1, -1): None}
+    assert d.known_plan(torch.empty(2, 3, 16, device="meta"), w) is None
+    assert d.known_plan(torch.empty(6, 16, device="meta"), w) is None
+    assert d.known_plan(torch.empty(5, 16, device="meta"), w) is False  # not resolved yet

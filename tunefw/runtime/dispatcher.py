@@ -116,6 +116,14 @@ class Dispatcher:
             return Route("cublas", None, "operands are not contiguous, 16-byte aligned and on one device")
         return route
 
+    def known_plan(self, x: torch.Tensor, b: torch.Tensor) -> Plan | None | bool:
+        """The cached plan of x @ b.T for x of any rank (its rows flattened), or False where none
+        is cached yet: what tunefw.Linear asks before it reshapes x (a torch.Size is a tuple, so
+        (rows, K) finds the key plan_for stored)."""
+        k = b.shape[1]
+        return self._plans.get(((x.numel() // k if k else 0, k), b.shape, x.dtype, b.dtype,
+                                x.get_device(), b.get_device()), False)
+
     def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
         """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
         key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())

@@ -120,8 +120,12 @@ class Linear(torch.nn.Linear):
             if dispatcher is None or x.is_cpu:  # what the dispatcher would do, bias fused
                 return _linear(x, w, bias)
             if not _records_grad(x, w):
+                plan = dispatcher.known_plan(x, w)  # before the reshape, which a cuBLAS route skips
+                if plan is None:
+                    return _linear(x, w, bias)
                 x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-                plan = dispatcher.plan_for(x2, w)
+                if plan is False:
+                    plan = dispatcher.plan_for(x2, w)
                 y = plan(x2, w) if plan is not None else None
                 if y is None:  # a cuBLAS route: nn.Linear's own call, bias fused by cuBLAS
                     return _linear(x, w, bias)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from datetime import date
 from importlib.metadata import version
 from pathlib import Path
@@ -75,12 +76,15 @@ def main() -> None:
         measure_ci(ROOT / "benchmarks" / "results" / "search_eval_ci.json")
         return
     budgets = list(DEFAULT_BUDGETS)
-    parts = [search_eval([str(SWEEPS / "decode2_h200"), str(SWEEPS / "decode_h200")],
+    out = Path(args.out).resolve()
+    os.chdir(ROOT)  # the result names each sweep by its path in the repository
+    sweeps = SWEEPS.relative_to(ROOT)
+    parts = [search_eval([str(sweeps / "decode2_h200"), str(sweeps / "decode_h200")],
                          ["tpe", "random", "grid"], args.seeds, budgets),
-             search_eval([str(SWEEPS / "skinny_correctness")],
+             search_eval([str(sweeps / "skinny_correctness")],
                          (["tpe"] if args.skinny_tpe else []) + ["random", "grid"],
                          args.seeds, budgets)]
-    Path(args.out).write_text(json.dumps(assemble(parts), indent=1) + "\n")
+    out.write_text(json.dumps(assemble(parts), indent=1) + "\n")
 
 
 if __name__ == "__main__":

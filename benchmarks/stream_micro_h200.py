@@ -3,8 +3,8 @@ its result: which way of reading a weight once (TMA 2D boxes, 1D bulk copies, pl
 how many bytes in flight and how many CTAs, gets closest to HBM bandwidth. It guides the decode
 kernels' design; it is not a GEMM result.
 
-Build here (nvcc 13.0): nvcc -O3 -std=c++17 -arch=sm_90a benchmarks/micro/stream_bw.cu \
-    -o benchmarks/micro/build/stream_bw
+Build here (nvcc 13.0): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates \
+    -Ikernel_templates/include benchmarks/micro/stream_bw.cu -o benchmarks/micro/build/stream_bw
 GPU: python3 benchmarks/stream_micro_h200.py   (writes $OUT/stream_micro_h200.json, else
 benchmarks/results/)
 """

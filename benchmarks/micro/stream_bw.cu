@@ -12,7 +12,8 @@
 // The weight is replicated past 3x L2 and the copies rotate, so every launch reads HBM.
 // Output: one JSON object per line (variant, parameters, microseconds per launch, TB/s).
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a stream_bw.cu -o build/stream_bw
+// Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
+//     benchmarks/micro/stream_bw.cu -o benchmarks/micro/build/stream_bw
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -20,8 +21,12 @@
 #include <cstdlib>
 #include <vector>
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
+#include "rows_sm90.cuh"  // kernel_templates/: the mbarrier, TMA and bulk-copy helpers
+
+using tunefw::sm90::u32;
+using tunefw::sm90::u64;
+using namespace tunefw::sm90;
+using tunefw::rows::bulk_load;
 
 #define CK(x)                                                                       \
   do {                                                                              \
@@ -32,43 +37,32 @@ typedef unsigned long long u64;
     }                                                                               \
   } while (0)
 
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-  return (u32)__cvta_generic_to_shared(p);
+// STAGES full/empty barrier pairs after the ring, one arrival each (thread 0, then a block sync).
+__device__ __forceinline__ void init_ring(u32 full, u32 empty, int STAGES) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + s * 8, 1);
+      mbar_init(empty + s * 8, 1);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
 }
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-  u32 done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tma2d(u32 dst, const void* map, int c0, int c1, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-      "l"((u64)map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void bulk1d(u32 dst, const void* src, u32 bytes, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"((u64)src), "r"(bytes), "r"(bar)
-      : "memory");
+
+// The consumer warp: wait for each of `chunks` stages, touch a few words of it, free it.
+__device__ __forceinline__ void consume_ring(const unsigned char* ring, u32 full, u32 empty,
+                                             int chunks, int STAGES, int stage_bytes, u32* out) {
+  const int lane = threadIdx.x & 31;
+  u32 acc = 0;
+  for (int j = 0; j < chunks; ++j) {
+    const int s = j % STAGES;
+    mbar_wait(full + s * 8, (j / STAGES) & 1);
+    const u32* st = reinterpret_cast<const u32*>(ring + s * stage_bytes);
+    for (int i = lane; i < stage_bytes / 4; i += 32 * 64) acc += st[i];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + s * 8);
+  }
+  if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;
 }
 
 // One producer thread (warp 1, lane 0) and one consumer warp (warp 0).
@@ -83,36 +77,16 @@ __global__ void __launch_bounds__(64) tma_stream(const __grid_constant__ CUtenso
   const int row0 = (blockIdx.x / SPLIT) * R, part = blockIdx.x % SPLIT;
   const int chunks = K / BK / SPLIT, c0 = part * chunks;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + s * 8, 1);
-      mbar_init(empty + s * 8, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (warp == 1) {
-    if (lane == 0) {
-      for (int j = 0; j < chunks; ++j) {
-        const int s = j % STAGES;
-        if (j >= STAGES) mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
-        const u32 st = ring + s * stage_bytes;
-        mbar_expect(full + s * 8, stage_bytes);
-        for (int x = 0; x < boxes; ++x)
-          tma2d(st + x * box_bytes, &map, (c0 + j) * BK + x * E, row0, full + s * 8);
-      }
-    }
-  } else {
-    u32 acc = 0;
-    for (int j = 0; j < chunks; ++j) {
-      const int s = j % STAGES;
-      mbar_wait(full + s * 8, (j / STAGES) & 1);
-      const u32* st = reinterpret_cast<const u32*>(smem + s * stage_bytes);
-      for (int i = lane; i < stage_bytes / 4; i += 32 * 64) acc += st[i];  // touch a few words
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + s * 8);
-    }
-    if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;
+  init_ring(full, empty, STAGES);
+  if (warp == 0) return consume_ring(smem, full, empty, chunks, STAGES, stage_bytes, out);
+  if (lane != 0) return;
+  for (int j = 0; j < chunks; ++j) {
+    const int s = j % STAGES;
+    if (j >= STAGES) mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+    const u32 st = ring + s * stage_bytes;
+    mbar_arrive_expect_tx(full + s * 8, stage_bytes);
+    for (int x = 0; x < boxes; ++x)
+      tma_load_2d(st + x * box_bytes, &map, (c0 + j) * BK + x * E, row0, full + s * 8);
   }
 }
 
@@ -125,34 +99,14 @@ __global__ void __launch_bounds__(64) bulk_stream(const unsigned char* src, u64 
   const u64 begin = per * blockIdx.x;
   const int chunks = (int)(per / CHUNK);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + s * 8, 1);
-      mbar_init(empty + s * 8, 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (warp == 1) {
-    if (lane == 0) {
-      for (int j = 0; j < chunks; ++j) {
-        const int s = j % STAGES;
-        if (j >= STAGES) mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
-        mbar_expect(full + s * 8, CHUNK);
-        bulk1d(ring + s * CHUNK, src + begin + (u64)j * CHUNK, CHUNK, full + s * 8);
-      }
-    }
-  } else {
-    u32 acc = 0;
-    for (int j = 0; j < chunks; ++j) {
-      const int s = j % STAGES;
-      mbar_wait(full + s * 8, (j / STAGES) & 1);
-      const u32* st = reinterpret_cast<const u32*>(smem_raw + s * CHUNK);
-      for (int i = lane; i < CHUNK / 4; i += 32 * 64) acc += st[i];
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + s * 8);
-    }
-    if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;
+  init_ring(full, empty, STAGES);
+  if (warp == 0) return consume_ring(smem_raw, full, empty, chunks, STAGES, CHUNK, out);
+  if (lane != 0) return;
+  for (int j = 0; j < chunks; ++j) {
+    const int s = j % STAGES;
+    if (j >= STAGES) mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+    mbar_arrive_expect_tx(full + s * 8, CHUNK);
+    bulk_load(ring + s * CHUNK, src + begin + (u64)j * CHUNK, CHUNK, full + s * 8);
   }
 }
 

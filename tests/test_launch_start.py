@@ -41,3 +41,16 @@ def test_helper_processes_import_the_drivers_tunefw(monkeypatch):
     first, rest = helper_pythonpath().split(os.pathsep, 1)
     assert Path(first) / "tunefw" / "__init__.py" == Path(tunefw.__file__).resolve()
     assert rest == "/elsewhere"
+
+
+def test_helper_processes_import_nvidias_cuda_not_tunefws():
+    # tunefw/ itself on the path made `cuda` resolve to tunefw/cuda in every GPU worker, so
+    # `from cuda.bindings import driver` failed there (seen on the H200 after the folder moves)
+    root = Path(helper_pythonpath().split(os.pathsep)[0])
+    assert not (root / "cuda").exists()
+    probe = ("import importlib.util as u, tunefw; s = u.find_spec('cuda'); "
+             "print(tunefw.__file__, s and s.origin)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(root)), cwd="/").stdout.split()
+    assert Path(out[0]).resolve() == root / "tunefw" / "__init__.py"
+    assert out[1] == "None" or not Path(out[1]).resolve().is_relative_to(root / "tunefw")

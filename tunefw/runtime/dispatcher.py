@@ -72,6 +72,12 @@ def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
     return None
 
 
+def _plan_key(a_shape: tuple, a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """A plan's cache key: both shapes, dtypes and devices (a plan exists only for operands on
+    one device). ``a_shape`` is a's 2-D shape, a torch.Size or the plain tuple it equals."""
+    return (a_shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+
+
 class Dispatcher:
     """Serves ``gemm(a, b)`` from a dispatch table (see the module docstring for the rules)."""
 
@@ -97,8 +103,7 @@ class Dispatcher:
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """C = a @ b.T by the tuned kernel for the shape, else by cuBLAS (F.linear)."""
-        # The key holds both devices, so a plan exists only for operands on one device.
-        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+        key = _plan_key(a.shape, a, b)
         plan = self._plans.get(key, False)
         if plan is False:
             plan = self._resolve(key, a, b)
@@ -121,12 +126,11 @@ class Dispatcher:
         is cached yet: what tunefw.Linear asks before it reshapes x (a torch.Size is a tuple, so
         (rows, K) finds the key plan_for stored)."""
         k = b.shape[1]
-        return self._plans.get(((x.numel() // k if k else 0, k), b.shape, x.dtype, b.dtype,
-                                x.get_device(), b.get_device()), False)
+        return self._plans.get(_plan_key((x.numel() // k if k else 0, k), x, b), False)
 
     def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
         """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
-        key = (a.shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+        key = _plan_key(a.shape, a, b)
         plan = self._plans.get(key, False)
         return self._resolve(key, a, b) if plan is False else plan
 

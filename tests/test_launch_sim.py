@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import REPO, db_rows, invoke_cli, launch_argv, launch_on, run_cli, seed_study
+from tunefw.evaluate import method
 
 pytestmark = pytest.mark.slow
 
@@ -201,7 +202,7 @@ def test_resume_on_another_device_or_space_needs_a_new_round(db_url, ray_head):
     refused = launch_on(ray_head, "g", "--gpus", "1", "--backend", "sim", db=db_url)
     assert refused.stderr.strip().splitlines() == [
         "tunefw: error: study 'g' round 0 was timed with method unversioned, this launch times "
-        "with anchored-2: pass --new-round to start a new round"]
+        f"with {method.METHOD}: pass --new-round to start a new round"]
     assert db_rows(db_url, "SELECT id, status FROM tunefw_trial ORDER BY id") == before
     con = sqlite3.connect(db_url.removeprefix("sqlite:///"))
     con.execute("UPDATE tunefw_study SET fingerprint = NULL, space_hashes = '{}'")

@@ -143,10 +143,15 @@ def test_replay_refuses_other_method_space_and_missing_problem(tmp_path):
     old = read_sweep(SWEEPS / "decode_h200" / ONE.name)
     with pytest.raises(UserError, match="parameter space 8ba30a634f5abde8"):
         ReplaySource(old.path).check([problem], [FAMILY])
-    sweep.header["method"] = "anchored-1"
+    # A sweep answers under the method it was timed with; two methods in one replay are refused.
+    other = read_sweep(DECODE2 / "16x4096x4096_bf16_TN.jsonl.gz")
+    other.header["method"] = "anchored-1"
+    write_sweep(tmp_path / "16x4096x4096_bf16_TN.jsonl.gz", other)
+    ReplaySource(str(tmp_path)).check([other.problem], [FAMILY])
+    assert ReplayEvaluator(f"replay:{tmp_path}").fingerprint()["method"] == "anchored-1"
     write_sweep(tmp_path / ONE.name, sweep)
-    with pytest.raises(UserError, match="timed with method anchored-1, this tunefw times with"):
-        ReplaySource(str(tmp_path)).check([problem], [FAMILY])
+    with pytest.raises(UserError, match="come from 2 devices"):
+        ReplaySource(str(tmp_path)).check([problem, other.problem], [FAMILY])
     with pytest.raises(UserError, match="two sweeps of 16x"):
         ReplaySource(str(SWEEPS))
     (tmp_path / "junk.jsonl.gz").write_bytes(gzip.compress(b'{"format": "other"}\n'))

@@ -11,8 +11,8 @@ recorded trial takes (default 0), so scheduling behaves as on a device.
 
 Everything it produces says REPLAY: the device name (``REPLAY NVIDIA H200``), the evaluator
 ``replay`` on every row, the progress display and the fingerprint of dispatch.json
-(``"replay": true``). A sweep recorded under another timing method or parameter space than
-this tunefw's is refused, as resuming a study is.
+(``"replay": true``) and the sweep's own timing method, so a study round never mixes it with
+another. A sweep recorded under another parameter space than this tunefw's is refused.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from urllib.parse import parse_qs
 
 from tunefw.device import H200, KNOWN_DEVICES, DeviceSpec
 from tunefw.errors import UserError
-from tunefw.evaluate import method
 from tunefw.evaluate.sweepfile import Sweep, read_sweep, sweep_paths
 from tunefw.outcome import Outcome, Status, TrialSpec, fingerprint_key
 from tunefw.problem import GemmProblem
@@ -84,17 +83,14 @@ class ReplaySource:
 
     def check(self, problems: list[GemmProblem], families: list[str]) -> None:
         """Refuse a replay that would not answer like the recording: a problem without a sweep,
-        another timing method, another parameter space, sweeps of different devices."""
+        another parameter space, sweeps of different devices or timing methods (a sweep answers
+        under the method it was timed with: its trials carry it in their fingerprint)."""
         devices = set()
         for problem in problems:
             sweep = self.sweep_for(problem)
             if sweep is None:
                 raise UserError(f"replay: no recorded sweep of {problem.key()} under {self.path} "
                                 f"(it holds {', '.join(sorted(self.sweeps)) or 'none'})")
-            if sweep.method != method.METHOD:
-                raise UserError(f"replay: {sweep.path} was timed with method "
-                                f"{sweep.method or 'unversioned'}, this tunefw times with "
-                                f"{method.METHOD}: record the sweep again")
             for fam, recorded in sorted(sweep.header["space_hashes"].items()):
                 if fam in families and (fam not in FAMILIES
                                         or get_family(fam).space_hash() != recorded):

@@ -6,9 +6,7 @@ timed interleaved under five methods, on the H200.
 - ``read-single``: the same after a flush that reads that buffer (no dirty lines left);
 - ``write-graph`` / ``read-graph``: CUDA graphs of back-to-back launches cycling over operand
   copies past L2 (as a served model reads each layer's weight after the others), one flush
-  before each graph;
-- ``hot``: single launches with no flush at all (the weight partly in L2: an upper bound that
-  shows whether a flush flushes).
+  before each graph.
 
     PYTHONPATH=. python benchmarks/timing_method_h200.py --commit SHA [--table T.json]
 
@@ -41,7 +39,7 @@ RESULTS = REPO / "benchmarks" / "results"
 SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (1, 6144, 4096), (16, 6144, 4096),
           (1, 28672, 4096), (16, 28672, 4096), (1, 4096, 14336), (16, 4096, 14336),
           (8, 4096, 4096), (8, 28672, 4096), (128, 6144, 4096), (4096, 4096, 4096)]
-METHODS = ("write-single", "read-single", "write-graph", "read-graph", "hot")
+METHODS = ("write-single", "read-single", "write-graph", "read-graph")
 
 
 class WriteFlush(method.L2Flush):
@@ -76,8 +74,8 @@ def measure(entry: DispatchEntry, fingerprint: dict, l2: int, flushes: dict) -> 
     copies = [(a, b)] + [(a.clone(), b.clone()) for _ in
                          range(method.rotation_copies((a.numel() + b.numel()) * 2, l2) - 1)]
     c = torch.empty(M, N, dtype=a.dtype, device="cuda")
-    stream = current_stream(0)
-    runs = [lambda p=plan.args(x.data_ptr(), y.data_ptr(), c.data_ptr()): plan.launch(p, stream)
+    # The stream is read at each call: graph capture runs on a side stream.
+    runs = [lambda p=plan.args(x.data_ptr(), y.data_ptr(), c.data_ptr()): plan.launch(p, current_stream(0))
             for x, y in copies]
     blas = [lambda x=x, y=y: torch.mm(x, y.t(), out=c) for x, y in copies]
     runs[0]()
@@ -90,8 +88,8 @@ def measure(entry: DispatchEntry, fingerprint: dict, l2: int, flushes: dict) -> 
     single_us, _ = timed(runs[0], blas[0], flushes["read"], wait, 1)
     repeats = method.graph_repeats(single_us / 1e3)
     for name in METHODS:
-        kind, how = name.split("-") if "-" in name else ("none", "single")
-        flush = flushes.get(kind)
+        kind, how = name.split("-")
+        flush = flushes[kind]
         if how == "graph":
             k, cb = timed(method.capture_graph(runs, repeats), method.capture_graph(blas, repeats),
                           flush, wait, repeats)

@@ -2,7 +2,7 @@
 
 One process, the design.md method (tunefw.evaluate.method): verified against a float32
 reference before timing (output NaN-poisoned, cuBLAS's own error as the second bound), then
-screened with CUDA events and the L2 flushed between launches; kernels under ~20 us are timed
+screened with CUDA events and the L2 flushed between launches; kernels under 0.1 ms are timed
 as CUDA graphs of repeated launches, each path the same way. ``overhead_us`` is the host time
 of one ``Dispatcher.gemm`` call minus that of the raw launch it wraps (cuLaunchKernel with a
 prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated output).

@@ -6,7 +6,7 @@ and appends it to the state directory, so each row's effective TB/s (A, B and C 
 the confirmed median time) is shown beside the bandwidth measured on the same machine and run.
 
     python3 benchmarks/decode_h200.py --db benchmarks/state/decode.db --time-limit 420 \
-        --result $OUT/decode_h200.json benchmarks/studies/decode_h200.yaml
+        [--gpus 8] --result $OUT/decode_h200.json studies/llama3_8b_decode.yaml
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("studies", nargs="+", type=Path)
     ap.add_argument("--db", required=True)
     ap.add_argument("--time-limit", type=float, default=420.0)
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs of this host to sweep on")
     ap.add_argument("--result", type=Path)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
@@ -46,7 +47,7 @@ def main() -> int:
         from tunefw.measure.roofline import stream_read_tbs
         runs.append(stream_read_tbs())
         state.write_text(json.dumps(runs, indent=1))
-        if not run_studies(args.db, args.studies, args.time_limit, 1, "cuda"):
+        if not run_studies(args.db, args.studies, args.time_limit, args.gpus, "cuda"):
             print("not complete: run again with the same --db to resume")
             return 3
     if not runs:

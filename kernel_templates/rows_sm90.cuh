@@ -5,8 +5,8 @@
 // memory. On the H200 (benchmarks/results/stream_micro_h200.json) 32 KB contiguous bulk copies
 // over an equal byte share per SM read 9-18% faster than 2D TMA boxes of 128- or 512-byte row
 // runs (3.6 vs 3.05 TB/s for a 32 MB weight, 4.38 vs 4.01 for 224 MB). So each CTA of a
-// persistent grid owns a contiguous range of 8-row groups (equal to within one group), and one
-// producer thread copies RS whole rows per ring stage (RS * K * 2 bytes, in COPY-byte pieces).
+// persistent grid owns a contiguous range of rows (equal to within one row), and one producer
+// thread copies RS whole rows per ring stage (RS * K * 2 bytes, in COPY-byte pieces).
 //
 // Math: mma.sync m16n8k16 with the tokens (M <= 16) as the MMA's 16-row side and 8 rows of B as
 // its 8-column side. A dot product may take k in any order if A and B take the same one, so each
@@ -101,11 +101,12 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
   const u32 full = sm90::smem_u32(part + Partials<RS, WARPS, MROWS>::floats);
   const u32 empty = full + STAGES * 8;
 
-  // This CTA's rows [r0, r1): an equal share of the 8-row groups, contiguous in B.
-  const int groups = (N + 7) >> 3;
-  const int g0 = (int)((long long)blockIdx.x * groups / gridDim.x);
-  const int g1 = (int)((long long)(blockIdx.x + 1) * groups / gridDim.x);
-  const int r0 = g0 * 8, r1 = imin(N, g1 * 8);
+  // This CTA's rows [r0, r1): an equal share of B's rows (to within one), contiguous in B. Whole
+  // rows, not 8-row groups: gate_up's 3584 groups over 132 CTAs are 27 or 28 (the kernel runs
+  // as long as the CTAs of 28: 3% past the mean), its 28672 rows 217 or 218 (0.4%). A CTA's
+  // groups start at r0; its last may hold fewer than 8 rows (their columns are not stored).
+  const int r0 = (int)((long long)blockIdx.x * N / gridDim.x);
+  const int r1 = (int)((long long)(blockIdx.x + 1) * N / gridDim.x);
   const int stages = (r1 - r0 + RS - 1) / RS;
 
   if (tid == 0) {
@@ -165,10 +166,13 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
     u32 rows[G];  // this lane's row of each group: stage j0 + row / RS, row % RS within it
+    bool live[G];  // the row is this CTA's (a last group's missing rows read zeros, not a stage
+                   // the producer may be filling)
 #pragma unroll
     for (int i = 0; i < G; ++i) {
       const int row = i * 8 + g;
       rows[i] = ring + (u32)(((j0 + row / RS) % STAGES) * stage_bytes + (row % RS) * row_bytes);
+      live[i] = r + row < r1;
     }
 
 #pragma unroll
@@ -182,8 +186,8 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
       const int first = (odd ? k1 : k0) * 2, second = (odd ? k0 : k1) * 2;
 #pragma unroll
       for (int i = 0; i < G; ++i) {
-        const uint4 x = f0 ? lds_v4(rows[i] + first) : zero;
-        const uint4 y = f1 ? lds_v4(rows[i] + second) : zero;
+        const uint4 x = f0 && live[i] ? lds_v4(rows[i] + first) : zero;
+        const uint4 y = f1 && live[i] ? lds_v4(rows[i] + second) : zero;
         mma_block<DTYPE, MT>(acc[i], a_lo[kp][0], a_hi[kp][0], pick(odd, x, y));
         mma_block<DTYPE, MT>(acc[i], a_lo[kp][1], a_hi[kp][1], pick(odd, y, x));
       }

@@ -1,7 +1,7 @@
 """rows_sm90: the decode GEMM (small M) of kernel_templates/rows_sm90.cuh that streams whole
 rows of the weight with 1D bulk copies over a persistent grid.
 
-Each CTA owns an equal, contiguous share of B's 8-row groups (one contiguous block of memory);
+Each CTA owns an equal, contiguous share of B's rows (one contiguous block of memory);
 a producer thread copies RS whole rows per ring stage in COPY-byte pieces, WARPS consumer warps
 split K with mma.sync (the tokens on the MMA's 16-row side) and sum their tiles in a fixed order
 per stage: deterministic, no workspace. A stage holds RS * K * 2 bytes, so the ring's size

@@ -9,7 +9,8 @@ First the streaming-read bandwidth of >= 4 GB is measured, so every row's effect
 read as a fraction of what this GPU streams today.
 
     PYTHONPATH=. python benchmarks/decode_probe.py --per-shape 24 --edge-configs 12 \
-        [--families stream_sm90,skinny_sm90] [--m 1,4,16,32] [--name decode_probe]
+        [--families stream_sm90,skinny_sm90] [--m 1,4,16,32] [--name decode_probe] \
+        [--wgmma-membound]
 
 Writes $OUT/<name>_h200.json (else benchmarks/results/).
 """
@@ -58,6 +59,28 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
     return configs
 
 
+def membound_wgmma(problem: GemmProblem) -> list[dict]:
+    """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
+    schedule allows, so each weight tile is read once), narrow N tiles and split-K so that the
+    tiles x splits fill the GPU, and deep rings; the valid ones for the problem."""
+    family = get_family("wgmma_sm90")
+    base = family.seed_configs()[0]
+    out = []
+    for sched, bms in (("pingpong", (64, 128)), ("cooperative", (128, 256))):
+        bm = next((b for b in bms if b >= problem.M), None)
+        if bm is None:
+            continue
+        for bn in (64, 128):
+            for split in (1, 2, 4):
+                for stages in (8, 6, 4):
+                    c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
+                         "STAGES": stages, "CLUSTER_M": 1, "CLUSTER_N": 1, "EPILOGUE": "tma"}
+                    if family.check(c, problem, H200) is None:
+                        out.append(c)
+                        break  # the deepest ring that fits
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-shape", type=int, default=24)
@@ -67,6 +90,8 @@ def main() -> None:
     ap.add_argument("--m", default=",".join(map(str, DECODE_M)), help="decode M values")
     ap.add_argument("--name", default="decode_probe")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per job (watchdog)")
+    ap.add_argument("--wgmma-membound", action="store_true",
+                    help="also every membound_wgmma() config of each decode shape")
     args = ap.parse_args()
     families = args.families.split(",")
     decode_m = [int(m) for m in args.m.split(",")]
@@ -88,6 +113,11 @@ def main() -> None:
             for m in decode_m:
                 p = GemmProblem(m, n, k)
                 add("decode", name, p, sample(name, p, args.per_shape, rng), label)
+    if args.wgmma_membound:
+        for label, (n, k) in LAYERS.items():
+            for m in decode_m:
+                p = GemmProblem(m, n, k)
+                add("decode", "wgmma_sm90", p, membound_wgmma(p), label)
 
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp()
     unique = {json.dumps([j["family"], j["config"]], sort_keys=True): j for j in jobs}

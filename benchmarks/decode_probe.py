@@ -46,15 +46,15 @@ EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 1
 
 
 def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
-    """The family's valid seeds for the problem, then up to n distinct random valid configs."""
+    """The family's valid seeds for the problem, then up to n distinct random valid configs
+    (random points of the declared space, never the whole space listed: wgmma_sm90 has ~3M)."""
     family = get_family(name)
     configs = [c for c in family.seed_configs() if family.check(c, problem, H200) is None]
-    space = [c for c in family.iter_space() if family.check(c, problem, H200) is None]
-    rng.shuffle(space)
-    for c in space:
+    for _ in range(200 * n):
         if len(configs) >= n:
             break
-        if c not in configs:
+        c = {p.name: rng.choice(p.values) for p in family.params}
+        if c not in configs and family.check(c, problem, H200) is None:
             configs.append(c)
     return configs
 
@@ -90,13 +90,14 @@ def main() -> None:
     ap.add_argument("--m", default=",".join(map(str, DECODE_M)), help="decode M values")
     ap.add_argument("--name", default="decode_probe")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per job (watchdog)")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="list the jobs per family and set, then stop (no GPU needed)")
     ap.add_argument("--wgmma-membound", action="store_true",
                     help="also every membound_wgmma() config of each decode shape")
     args = ap.parse_args()
     families = args.families.split(",")
     decode_m = [int(m) for m in args.m.split(",")]
     rng = random.Random(args.seed)
-    bandwidth = stream_read_tbs()
 
     jobs, meta = [], {}
     def add(kind: str, name: str, problem: GemmProblem, configs: list[dict], label: str) -> None:
@@ -119,6 +120,15 @@ def main() -> None:
                 p = GemmProblem(m, n, k)
                 add("decode", "wgmma_sm90", p, membound_wgmma(p), label)
 
+    if args.plan_only:
+        counts: dict = {}
+        for j in jobs:
+            key = (meta[j["id"]]["family"], meta[j["id"]]["set"])
+            counts[key] = counts.get(key, 0) + 1
+        print(f"{len(jobs)} jobs, {len({json.dumps([j['family'], j['config']], sort_keys=True) for j in jobs})} "
+              f"distinct kernels: {counts}")
+        return
+    bandwidth = stream_read_tbs()
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp()
     unique = {json.dumps([j["family"], j["config"]], sort_keys=True): j for j in jobs}
     with CompilePool(os.cpu_count() or 4, cache_dir=cache_dir) as pool:  # compile ahead, all cores

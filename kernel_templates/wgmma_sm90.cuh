@@ -25,6 +25,10 @@
 // the other's partial to its own accumulators, as exact), writes C and resets the counter. EPILOGUE 0: guarded direct stores; 1: registers -> swizzled smem -> TMA store;
 // 2: like 1, but the finished tile is packed to 16 bits in registers and stored while the next
 // tile's first wgmma group runs (hides the cooperative epilogue; SPLIT_K == 1).
+// SWAP_AB 1: the host passes B's tensor map as tmap_a, A's as tmap_b and (N, M) as (M, N), so
+// the kernel computes C^T = B A^T: the weight's rows take wgmma's 64-row side and the tokens its
+// N side (BN, a multiple of 32), so a small or odd M is one narrow tile, not a mostly empty
+// 64-row one; the direct epilogue writes each element to C's own row-major place.
 #include "tunefw/sm90.cuh"
 
 // The driver's opaque tensor map (cuTensorMapEncodeTiled), 128 bytes, 64-byte aligned.
@@ -113,7 +117,9 @@ struct WorkList {
 // Guarded direct stores of a consumer's WG_M x BN block: value group (mi, j) is rows r, r+8 and
 // columns c, c+1 of the wgmma accumulator layout; src(mi, j, lo, hi) gives them as two packed
 // 16-bit pairs (lo: row r, hi: row r + 8). UNR: unroll of the column loop.
-template <int BN, int MI, int UNR, class Src>
+// SWAP (swap-AB): the kernel's M x N is C transposed (its rows are C's columns, its columns C's
+// rows, any count), so element (r, c) goes to C[c * M + r], one 16-bit store each.
+template <int BN, int MI, int UNR, int SWAP, class Src>
 __device__ __forceinline__ void epilogue_direct(Src&& src, unsigned short* C, int M, int N,
                                                 int tile_row, int tile_col, int t) {
   const int warp = t / 32, lane = t % 32;
@@ -122,6 +128,24 @@ __device__ __forceinline__ void epilogue_direct(Src&& src, unsigned short* C, in
   for (int mi = 0; mi < MI; ++mi) {
     const int r = tile_row + mi * 64 + warp * 16 + lane / 4;
     const bool ok0 = r < M, ok1 = r + 8 < M;
+    if (SWAP) {
+#pragma unroll UNR
+      for (int j = 0; j < BN / 8; ++j) {
+        const int c = c_first + j * 8;
+        u32 lo, hi;
+        src(mi, j, lo, hi);
+        unsigned short* p = C + (size_t)c * M + r;
+        if (c < N) {
+          if (ok0) p[0] = (unsigned short)(lo & 0xffffu);
+          if (ok1) p[8] = (unsigned short)(hi & 0xffffu);
+        }
+        if (c + 1 < N) {
+          if (ok0) p[M] = (unsigned short)(lo >> 16);
+          if (ok1) p[M + 8] = (unsigned short)(hi >> 16);
+        }
+      }
+      continue;
+    }
     unsigned short* p0 = C + (size_t)r * N + c_first;  // constant offsets below
     unsigned short* p1 = p0 + (size_t)8 * N;
 #pragma unroll UNR
@@ -190,7 +214,8 @@ __device__ __forceinline__ void epilogue_tma(Src&& src, const void* tmap_c, u32 
 }  // namespace tunefw
 
 template <int DTYPE, int BM, int BN, int BK, int STAGES, int SWIZZLE, int CLUSTER_M, int CLUSTER_N,
-          int SCHEDULE, int PERSISTENT, int RASTER, int GROUP, int SPLIT_K, int EPILOGUE>
+          int SCHEDULE, int PERSISTENT, int RASTER, int GROUP, int SPLIT_K, int EPILOGUE,
+          int SWAP_AB>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_sm90(const __grid_constant__ CUtensorMap tmap_a,
                     const __grid_constant__ CUtensorMap tmap_b,
@@ -224,6 +249,7 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(BM % CLUSTER_N == 0 && A_SLICE % 8 == 0, "A slice");
   static_assert(BN % CLUSTER_M == 0 && B_SLICE % 8 == 0, "B slice");
   static_assert(BN % 32 == 0, "BN");
+  static_assert(!SWAP_AB || EPILOGUE == 0, "swap-AB writes C transposed with direct stores");
   static_assert(SPLIT_K >= 1, "split");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2 && (EPILOGUE != 2 || SPLIT_K == 1),
                 "EPILOGUE 2 (deferred TMA store) needs SPLIT_K == 1");
@@ -522,7 +548,7 @@ __global__ void __launch_bounds__(384, 1)
         hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
       };
       if (EPILOGUE == 0)
-        epilogue_direct<BN, MI, BN / 8>(from_acc, C, M, N, tile_row, tile_col, t);
+        epilogue_direct<BN, MI, BN / 8, SWAP_AB>(from_acc, C, M, N, tile_row, tile_col, t);
       else
         epilogue_tma<BN, MI, EPI_N, EPI_N / 16>(from_acc, &tmap_c, my_buf, epi_chunk, M, N,
                                                tile_row, tile_col, t, cw);

@@ -124,9 +124,11 @@ def test_header_text(tmp_path):
     wg = FAMILIES["wgmma_sm90"]
     entry = DispatchEntry(4096, 4096, 4096, "bf16", "TN", "wgmma_sm90", wg.default_config(), 700.0, 650.0, 7)
     text = render(DispatchTable(True, {"name": "SIMULATED NVIDIA H200", "cc": 90}, [entry]), "cpp")
-    args = ", ".join(wg.template_args(wg.default_config(), "bf16"))
+    targs = wg.template_args(wg.default_config(), "bf16")
+    args = ", ".join(targs)
+    assert len(targs) == 1 + len(wg.params) == 15
     assert f"X(0, wgmma_sm90, gemm_wgmma_sm90, {args})" in text
-    assert f'"gemm_wgmma_sm90<{args}>", 14, {{{args}}}' in text
+    assert f'"gemm_wgmma_sm90<{args}>", 15, {{{args}}}' in text
     assert "SIMULATED" in text and "inline constexpr bool kSimulated = true;" in text
     with pytest.raises(UserError, match="no entries"):
         render(DispatchTable(False, {}, []), "cpp")

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from conftest import invoke_cli
+from conftest import REPO, invoke_cli
 from tunefw.cuda.compiler import compile_kernel, undeclared_includes
 from tunefw.device import H200
 from tunefw.errors import UserError
@@ -58,7 +58,7 @@ def test_cpp_tokens_come_from_the_declaration():
     sched = dict((p.name, p) for p in WGMMA.params)["SCHEDULE"]
     assert [sched.cpp_arg(v) for v in sched.values] == ["0", "1"]
     args = WGMMA.template_args({**WGMMA.default_config(), "EPILOGUE": "tma_overlap"}, "fp16")
-    assert args[0] == "1" and args[-1] == "2"
+    assert args[0] == "1" and args[-2] == "2" and args[-1] == "0"  # EPILOGUE, then SWAP_AB
     with pytest.raises(ValueError, match="declare cpp="):
         Param("R", ("m", "n"), "").cpp_arg("m")
 
@@ -172,9 +172,9 @@ def test_the_cli_lists_a_familys_knobs_from_the_declaration():
     lines = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines()
              if line.startswith("│") and line.split("│")[1].strip()}
     assert set(lines) == set(WGMMA.param_names)
-    assert "int 64..256 step 32" in lines["BN"]
+    assert "int 32..256 step 32" in lines["BN"]
     assert "cooperative=0, pingpong=1" in lines["SCHEDULE"]
-    assert "tile rows (M) per CTA" in lines["BM"]
+    assert "tile rows per CTA (of M; of N under SWAP_AB)" in lines["BM"]
 
 
 def test_a_mistyped_entry_is_refused_before_a_header_is_written():
@@ -187,3 +187,20 @@ def test_a_mistyped_entry_is_refused_before_a_header_is_written():
                           entries=[entry])
     with pytest.raises(UserError, match=r"entries\[0\]\.config: CLUSTER_M=2.0 is a float, expected an int$"):
         render(table, "cpp")
+
+
+def test_a_knob_added_later_reads_old_configs_as_its_absent_value(tmp_path):
+    """Tables and trials written before wgmma_sm90 had SWAP_AB keep loading, as SWAP_AB=0 (the
+    kernel they were measured with); a config missing a knob without such a value is refused."""
+    old = {k: v for k, v in WGMMA.default_config().items() if k != "SWAP_AB"}
+    assert WGMMA.upgrade(old) == {**old, "SWAP_AB": 0} and WGMMA.space_reason(old) is not None
+    assert WGMMA.upgrade({**old, "SWAP_AB": 1})["SWAP_AB"] == 1
+    assert WGMMA.as_written_before(WGMMA.default_config()) == old  # what the simulator hashes
+    assert WGMMA.as_written_before({**old, "SWAP_AB": 1})["SWAP_AB"] == 1
+    rows_sm90 = FAMILIES["rows_sm90"]
+    partial = {k: v for k, v in rows_sm90.default_config().items() if k != "RS"}
+    assert rows_sm90.upgrade(partial) == partial
+    with pytest.raises(ValueError, match="absent=2 is not one of"):
+        Param("X", (0, 1), absent=2)
+    table = dispatch.load(REPO / "benchmarks" / "results" / "dispatch_wgmma_sm90_r4_h200.json")
+    assert all(e.config["SWAP_AB"] == 0 for e in table.entries if e.family == "wgmma_sm90")

@@ -46,7 +46,7 @@ def _repair(config: dict, moved: str, problem: GemmProblem) -> dict | None:
     if T.check(config, problem, H200) is None:
         return config
     values = {p.name: p.values for p in T.params}
-    for name in ("SCHEDULE", "BM", "BN", "STAGES", "SWIZZLE", "CLUSTER_M"):
+    for name in ("SCHEDULE", "BM", "BN", "STAGES", "SWIZZLE", "CLUSTER_M", "EPILOGUE"):
         if name == moved:
             continue
         for v in values[name]:
@@ -67,12 +67,14 @@ def _repair(config: dict, moved: str, problem: GemmProblem) -> dict | None:
 
 
 def one_at_a_time(problem: GemmProblem = BIG):
-    """(param, value, config) for every non-default value of every parameter."""
+    """(param, value, config) for every non-default value of every parameter, valid for the
+    problem (swap-AB, for M <= 256, on a decode shape of the same N and K)."""
     default = T.default_config()
     out = []
     for p in T.params:
+        where = GemmProblem(128, problem.N, problem.K) if p.name == "SWAP_AB" else problem
         for v in p.values[1:]:
-            fixed = _repair(dict(default, **{p.name: v}), p.name, problem)
+            fixed = _repair(dict(default, **{p.name: v}), p.name, where)
             if fixed is not None:
                 out.append((p.name, v, fixed))
     return out
@@ -83,7 +85,7 @@ def test_default_config_is_sound_for_big_shapes():
     c = T.default_config()
     assert c == dict(BM=128, BN=256, BK=64, STAGES=4, SWIZZLE=128, CLUSTER_M=2, CLUSTER_N=1,
                      SCHEDULE="cooperative", PERSISTENT=1, RASTER="m", GROUP=8, SPLIT_K=1,
-                     EPILOGUE="tma")
+                     EPILOGUE="tma", SWAP_AB=0)
     for problem in LARGE:
         assert T.check(c, problem, H200) is None
     assert T.accumulators_per_thread(c) == 128
@@ -95,7 +97,7 @@ def test_template_args_follow_the_kernel_signature():
     names = [re.sub(r"/\*.*?\*/", "", part).split()[-1] for part in decl.split(",")]
     assert names == ["DTYPE"] + list(T.param_names)
     assert (T.name_expression(T.default_config(), "bf16")
-            == "gemm_wgmma_sm90<0, 128, 256, 64, 4, 128, 2, 1, 0, 1, 0, 8, 1, 1>")
+            == "gemm_wgmma_sm90<0, 128, 256, 64, 4, 128, 2, 1, 0, 1, 0, 8, 1, 1, 0>")
     assert T.template_args(T.default_config(), "fp16")[0] == "1"
     sig = re.search(r"gemm_wgmma_sm90\(([^)]*)\)", text).group(1)
     assert [a.split()[-1].lstrip("*") for a in sig.split(",")] == \
@@ -150,10 +152,14 @@ def test_check_accepts_edge_shapes_with_small_configs():
 def test_the_space_is_mostly_reachable():
     import random
     configs = sample_space(T, random.Random(0), 20000)
-    valid = sum(T.check(c, BIG, H200) is None for c in configs)
-    # Samplers draw from the whole space: at least 1 in 10 points must be runnable at 4096^3
-    # (BK=128 stages fit few tiles).
-    assert valid > 20000 / 10
+    plain = [c for c in configs if not c["SWAP_AB"]]
+    swapped = [c for c in configs if c["SWAP_AB"]]
+    # Samplers draw from the whole space: at least 1 in 10 points without swap-AB must be
+    # runnable at 4096^3 (BK=128 stages fit few tiles), 1 in 25 with it (direct stores only) at
+    # M=128, the shapes it is for.
+    assert sum(T.check(c, BIG, H200) is None for c in plain) > len(plain) / 10
+    decode = GemmProblem(128, 4096, 4096)
+    assert sum(T.check(c, decode, H200) is None for c in swapped) > len(swapped) / 25
 
 
 # ---- launch geometry, workspace, tensor maps, arguments ---------------------------------------
@@ -199,9 +205,20 @@ def test_pingpong_launch_geometry():
 def test_tensor_map_specs():
     c = T.default_config()
     specs = T.tensor_map_specs(c, GemmProblem(4095, 4104, 4096))
-    assert specs["a"] == {"dims": (4096, 4095), "strides": (8192,), "box": (64, 128), "swizzle": 128}
-    assert specs["b"] == {"dims": (4096, 4104), "strides": (8192,), "box": (64, 128), "swizzle": 128}
-    assert specs["c"] == {"dims": (4104, 4095), "strides": (8208,), "box": (64, 64), "swizzle": 128}
+    assert specs["a"] == {"dims": (4096, 4095), "strides": (8192,), "box": (64, 128), "swizzle": 128,
+                          "operand": "a"}
+    assert specs["b"] == {"dims": (4096, 4104), "strides": (8192,), "box": (64, 128), "swizzle": 128,
+                          "operand": "b"}
+    assert specs["c"] == {"dims": (4104, 4095), "strides": (8208,), "box": (64, 64), "swizzle": 128,
+                          "operand": "c"}
+    # swap-AB: the kernel's row operand is B (N rows), its column operand A (the M tokens)
+    swap = dict(c, SWAP_AB=1, EPILOGUE="direct", CLUSTER_M=1, BN=160, SPLIT_K=4)
+    odd = GemmProblem(129, 4096, 4096)
+    sw = T.tensor_map_specs(swap, odd)
+    assert (sw["a"]["operand"], sw["a"]["dims"], sw["a"]["box"]) == ("b", (4096, 4096), (64, 128))
+    assert (sw["b"]["operand"], sw["b"]["dims"], sw["b"]["box"]) == ("a", (4096, 129), (64, 160))
+    assert sw["c"]["dims"] == (4096, 129) and T.check(swap, odd, H200) is None
+    assert T.tile_counts(swap, odd) == (32, 1) and T.launch(swap, odd, H200).grid == (128, 1, 1)
     s2 = T.tensor_map_specs(dict(c, CLUSTER_M=1, CLUSTER_N=2, SWIZZLE=32, BN=96), BIG)
     assert s2["a"]["box"] == (16, 64) and s2["b"]["box"] == (16, 96)
     assert s2["c"]["box"] == (32, 64) and s2["c"]["swizzle"] == 64
@@ -352,6 +369,20 @@ def test_no_wgmma_serialization(pool):
         assert r.ok and r.spill_bytes == 0, (c, r.spill_bytes)
         warnings = [line for line in r.log.splitlines() if "(C75" in line]
         assert not warnings, (c, warnings)
+
+
+def test_swap_ab_seeds_compile_clean_for_odd_m(pool):
+    """The swap-AB seeds are valid at M=129 and compile without spills or serialized wgmmas, the
+    tokens on wgmma's N side (HGMMA.64xBN) and the transposed direct stores in the SASS."""
+    odd = GemmProblem(129, 4096, 4096)
+    seeds = [c for c in T.seed_configs() if c["SWAP_AB"]]
+    assert len(seeds) == 4 and all(T.check(c, odd, H200) is None for c in seeds)
+    for c, r in zip(seeds, compile_all(pool, seeds)):
+        assert r.ok and r.spill_bytes == 0, (c, r.spill_bytes)
+        assert not [line for line in r.log.splitlines() if "(C75" in line], c
+        assert {op for op in sass_instructions(r.cubin) if "GMMA" in op} == {
+            f"HGMMA.64x{c['BN']}x16.F32.BF16"}
+        assert any(op.startswith("STG.E.U16") for op in sass_instructions(r.cubin)), c
 
 
 def test_nvcc_compiles_the_template(tmp_path):

@@ -41,7 +41,8 @@ def _unit(*parts: object) -> float:
 
 def draw_fault(spec: TrialSpec, settings: SimSettings) -> str | None:
     """Which fault (if any) this config has; deterministic so a retry meets the same fault."""
-    u = _unit("fault", spec.family, sorted(spec.config.items()), spec.problem, spec.seed)
+    config = get_family(spec.family).as_written_before(spec.config)
+    u = _unit("fault", spec.family, sorted(config.items()), spec.problem, spec.seed)
     edge = 0.0
     for fault in FAULTS:
         edge += settings.faults.get(fault, 0.0)
@@ -71,7 +72,8 @@ def model_time_ms(family: str, config: dict, problem: GemmProblem,
     if not hint.swizzled:
         eff *= 0.8  # bank conflicts on ldmatrix / wgmma reads
     # Every other knob moves the result a little, deterministically, as real ones do.
-    eff *= 0.96 + 0.08 * _unit("knobs", family, sorted(config.items()), problem.key())
+    eff *= 0.96 + 0.08 * _unit("knobs", family, sorted(tpl.as_written_before(config).items()),
+                               problem.key())
     k_per_cta = math.ceil(problem.K / split / bk) * bk
     tile_flops = 2.0 * bm * bn * k_per_cta
     per_slot_tflops = device.peak_tflops_bf16 * eff / slots

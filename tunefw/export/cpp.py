@@ -43,12 +43,14 @@ CPP_FITS = {
     if (cdiv(tiles * 4, 256) * 256 + tiles * per_tile > kMaxWorkspaceBytes) return false;
   }
   return cdiv(M, e.bm) * cdiv(N, e.bn) <= kMaxGrid;""",
+    # Under SWAP_AB the kernel's rows are N and its columns the M <= 256 tokens.
     "wgmma_sm90": """\
-  const int64_t num_m = cdiv(M, e.bm), num_n = cdiv(N, e.bn);
-  if (e.cluster_m > num_m || e.cluster_n > num_n) return false;
-  if (e.split_k > cdiv(K, e.bk)) return false;
-  if (e.persistent == 0 &&
-      cdiv(num_m, e.cluster_m) * cdiv(num_n, e.cluster_n) * e.split_k * e.cluster_m > kMaxGrid)
+  if (SWAP_AB && M > 256) return false;
+  const int64_t num_m = cdiv(SWAP_AB ? N : M, BM), num_n = cdiv(SWAP_AB ? M : N, BN);
+  if (CLUSTER_M > num_m || CLUSTER_N > num_n) return false;
+  if (SPLIT_K > cdiv(K, BK)) return false;
+  if (PERSISTENT == 0 &&
+      cdiv(num_m, CLUSTER_M) * cdiv(num_n, CLUSTER_N) * SPLIT_K * CLUSTER_M > kMaxGrid)
     return false;
   return true;""",
     # Reads its knobs from the entry's template arguments (see _knob_prelude).
@@ -74,7 +76,7 @@ CPP_FITS = {
 }
 # Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
 # dtype code, then one per declared param in declaration order (templates/<family>.py).
-KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90", "rows_sm90")
+KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90", "rows_sm90", "wgmma_sm90")
 RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
 RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
 _INT = re.compile(r"-?[0-9]{1,19}")

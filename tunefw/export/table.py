@@ -9,6 +9,7 @@ from pathlib import Path
 from tunefw.errors import UserError
 from tunefw.export.cpp import render_cpp
 from tunefw.fileio import write_atomic
+from tunefw.templates import FAMILIES
 from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO, DispatchEntry, DispatchTable, apply_min_ratio
 from tunefw.store import Store
 from tunefw.store import queries as q
@@ -39,8 +40,9 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
                 tflops, cublas, what = trial.tflops, trial.cublas_tflops, "screened"
             fingerprints.setdefault(trial.fingerprint_key, trial.fingerprint)
             evaluators.add(trial.evaluator)
+            config = FAMILIES[trial.family].upgrade(trial.config) if trial.family in FAMILIES else trial.config
             entry = DispatchEntry(prow.M, prow.N, prow.K, prow.dtype, prow.layout, trial.family,
-                                  trial.config, tflops, cublas, trial.id, label=prow.label or "")
+                                  config, tflops, cublas, trial.id, label=prow.label or "")
             entries.append(apply_min_ratio(entry, min_ratio, what))
         if not entries:
             raise UserError(f"study {study.name!r} has no OK trial to export (launch it first)")

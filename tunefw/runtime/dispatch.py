@@ -157,7 +157,8 @@ def _semantic(data, path: str) -> DispatchTable:
     for i, raw in enumerate(data.entries):
         where = f"{path}: entries[{i}]"
         problem = _problem_at(raw, where)
-        reason = config_reason(raw.family, raw.config)
+        config = FAMILIES[raw.family].upgrade(raw.config)  # tables written before a knob existed
+        reason = config_reason(raw.family, config)
         if reason:
             raise UserError(f"{where}.config: {reason}")
         key = problem.key()
@@ -167,7 +168,7 @@ def _semantic(data, path: str) -> DispatchTable:
         extra = {} if data.schema_version == 1 else {
             "label": raw.label, "route": raw.route, "reason": raw.reason}
         entry = DispatchEntry(raw.M, raw.N, raw.K, raw.dtype, raw.layout, raw.family,
-                              dict(raw.config), raw.tflops, raw.cublas_tflops, raw.trial_id,
+                              dict(config), raw.tflops, raw.cublas_tflops, raw.trial_id,
                               **extra)
         entries.append(apply_min_ratio(entry, DEFAULT_MIN_RATIO, "version-1 table:")
                        if data.schema_version == 1 else entry)

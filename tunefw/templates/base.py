@@ -79,6 +79,9 @@ class Param:
     help: str = ""
     cpp: Mapping[Any, str] | None = field(default=None, hash=False)
     encoding: str = "auto"
+    # For a knob added to a family later: the value a config written before it existed means
+    # (the kernel's old behaviour), so stored tables and trials keep loading (KernelTemplate.upgrade).
+    absent: Any = None
 
     def __post_init__(self) -> None:
         if not self.values:
@@ -94,6 +97,8 @@ class Param:
             raise ValueError(f"{self.name}: encoding 'int' needs int values in an arithmetic range")
         if self.cpp is not None and set(self.cpp) != set(self.values):
             raise ValueError(f"{self.name}: cpp must map exactly the values {list(self.values)}")
+        if self.absent is not None and self.absent not in self.values:
+            raise ValueError(f"{self.name}: absent={self.absent!r} is not one of {list(self.values)}")
 
     @property
     def kind(self) -> type:
@@ -221,6 +226,22 @@ class KernelTemplate:
                  "default": str(p.values[0]), "optuna": p.describe_encoding(),
                  "cpp": (", ".join(f"{v}={p.cpp[v]}" for v in p.values) if p.cpp else "int"),
                  "help": p.help} for p in self.params]
+
+    def upgrade(self, config: Config) -> Config:
+        """A stored config with every knob added since it was written set to what its absence
+        meant (Param.absent); anything else, valid or not, comes back unchanged."""
+        if not isinstance(config, Mapping):
+            return config
+        missing = {p.name: p.absent for p in self.params
+                   if p.absent is not None and p.name not in config}
+        return {**config, **missing} if missing else config
+
+    def as_written_before(self, config: Config) -> Config:
+        """The config without knobs at their Param.absent value: how it was written before those
+        knobs existed (what deterministic draws of the simulated device hash, so adding a knob
+        moves no modeled figure)."""
+        absent = {p.name: p.absent for p in self.params if p.absent is not None}
+        return {k: v for k, v in config.items() if k not in absent or absent[k] != v}
 
     def seed_configs(self) -> list[dict]:
         """The default config, then each seed applied over it (duplicates dropped)."""

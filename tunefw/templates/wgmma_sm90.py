@@ -51,9 +51,9 @@ class WgmmaSm90(KernelTemplate):
     needs_arch_suffix = True
 
     params = (
-        Param("BM", (128, 64, 256), "tile rows (M) per CTA"),
-        Param("BN", (256, 128, 192, 64, 96, 160, 224),
-              "tile columns (N) per CTA = the wgmma N of every consumer"),
+        Param("BM", (128, 64, 256), "tile rows per CTA (of M; of N under SWAP_AB)"),
+        Param("BN", (256, 128, 192, 64, 96, 160, 224, 32),
+              "tile columns per CTA (of N; of M under SWAP_AB) = the wgmma N of every consumer"),
         Param("BK", (64, 32, 128),
               "K depth of one pipeline stage (128: each row of a stage is two 128-byte boxes, "
               "longer runs of DRAM per row for memory-bound shapes)"),
@@ -83,6 +83,10 @@ class WgmmaSm90(KernelTemplate):
               "stores; tma_overlap (cooperative, no split-K): the tile is packed to 16 bits in "
               "registers and TMA-stored while the next tile's first wgmma group runs",
               cpp=EPILOGUES),
+        Param("SWAP_AB", (0, 1),
+              "1: compute C^T = B A^T, the weight's rows on wgmma's 64-row side (BM) and the "
+              "tokens on its N side (BN), so a small or odd M is one narrow tile; the direct "
+              "epilogue writes C in its own row-major layout", absent=0),
     )
 
     # Starting points: the confirmed winner of every public-suite shape in the round-2 H200 sweep
@@ -103,6 +107,14 @@ class WgmmaSm90(KernelTemplate):
         {"SCHEDULE": "pingpong", "BM": 64, "BN": 96, "STAGES": 10},
         {"SCHEDULE": "pingpong", "BM": 64, "BN": 128, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_N": 2,
          "SPLIT_K": 4},
+        # swap-AB for memory-bound M <= 256: 128 weight rows a tile, the tokens in one BN tile
+        # (64, 128 or 160 wide: M = 129 fills 81% of it), split-K 4 so that N=4096's 32 tiles
+        # make 128 work items, the deepest ring that fits
+        {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 64, "STAGES": 8, "SPLIT_K": 4},
+        {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 128, "STAGES": 6, "SPLIT_K": 4},
+        {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 160, "STAGES": 5, "SPLIT_K": 4},
+        {"SWAP_AB": 1, "EPILOGUE": "direct", "SCHEDULE": "pingpong", "BM": 64, "BN": 160,
+         "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
     )
 
     # ---- derived quantities ----------------------------------------------------------------------
@@ -133,8 +145,14 @@ class WgmmaSm90(KernelTemplate):
         return sum(cls.smem_parts(config).values())
 
     @staticmethod
-    def tile_counts(config: Config, problem: GemmProblem) -> tuple[int, int]:
-        return _cdiv(problem.M, config["BM"]), _cdiv(problem.N, config["BN"])
+    def kernel_dims(config: Config, problem: GemmProblem) -> tuple[int, int]:
+        """The kernel's (rows, columns): (M, N), or (N, M) under swap-AB (it computes C^T)."""
+        return (problem.N, problem.M) if config["SWAP_AB"] else (problem.M, problem.N)
+
+    @classmethod
+    def tile_counts(cls, config: Config, problem: GemmProblem) -> tuple[int, int]:
+        rows, cols = cls.kernel_dims(config, problem)
+        return _cdiv(rows, config["BM"]), _cdiv(cols, config["BN"])
 
     @classmethod
     def total_work(cls, config: Config, problem: GemmProblem) -> int:
@@ -163,6 +181,13 @@ class WgmmaSm90(KernelTemplate):
         sw = config["SWIZZLE"]
         cm, cn = config["CLUSTER_M"], config["CLUSTER_N"]
         sched = config["SCHEDULE"]
+        if config["SWAP_AB"]:
+            if config["EPILOGUE"] != "direct":
+                return ("SWAP_AB=1: the transposed tile is written to C with direct stores "
+                        "(EPILOGUE=direct)")
+            if problem.M > TMA_BOX_MAX:
+                return (f"SWAP_AB=1 with M={problem.M}: the tokens span several BN tiles; "
+                        "swap-AB is for M <= 256")
         if cm * cn > 2:
             return (f"CLUSTER_M={cm}, CLUSTER_N={cn}: 2x2 clusters reached at most 0.62 of the "
                     "best config on every suite shape on the H200 "
@@ -210,12 +235,13 @@ class WgmmaSm90(KernelTemplate):
         if bn % cm or (bn // cm) % 8:
             return f"CLUSTER_M={cm}: the multicast B slice BN/CLUSTER_M={bn / cm:g} rows is not a multiple of 8"
         num_m, num_n = self.tile_counts(config, problem)
+        rows, cols = self.kernel_dims(config, problem)
         if cm > num_m:
             return (f"CLUSTER_M={cm}: the cluster is taller than the {num_m} tile row(s) of "
-                    f"M={problem.M} with BM={bm}")
+                    f"{rows} rows with BM={bm}")
         if cn > num_n:
             return (f"CLUSTER_N={cn}: the cluster is wider than the {num_n} tile column(s) of "
-                    f"N={problem.N} with BN={bn}")
+                    f"{cols} columns with BN={bn}")
         if cm * cn > device.sm_count:
             return f"CLUSTER_M={cm}: cluster larger than the {device.sm_count} SMs"
         k_iters = _cdiv(problem.K, bk)
@@ -234,8 +260,11 @@ class WgmmaSm90(KernelTemplate):
                          smem_bytes=self.smem_bytes(config))
 
     def cost_hint(self, config: Config) -> CostHint:
-        """The simulated device's view: the CTA tile (always swizzled); 0.86 of the peak."""
-        return CostHint(tile_m=config["BM"], tile_n=config["BN"], tile_k=config["BK"],
+        """The simulated device's view: the CTA tile (always swizzled; over C^T under swap-AB);
+        0.86 of the peak."""
+        tile_m, tile_n = ((config["BN"], config["BM"]) if config["SWAP_AB"]
+                          else (config["BM"], config["BN"]))
+        return CostHint(tile_m=tile_m, tile_n=tile_n, tile_k=config["BK"],
                         split_k=config["SPLIT_K"], stages=config["STAGES"], swizzled=True,
                         efficiency=0.86)
 
@@ -255,16 +284,21 @@ class WgmmaSm90(KernelTemplate):
 
     # ---- tensor maps ---------------------------------------------------------------------------
     def tensor_map_specs(self, config: Config, problem: GemmProblem) -> dict[str, dict]:
-        """What cuTensorMapEncodeTiled gets for A, B and C (innermost dimension first)."""
+        """What cuTensorMapEncodeTiled gets for the kernel's tmap_a and tmap_b (its row and
+        column operands: A and B, or B and A under swap-AB) and for C (innermost dimension
+        first), each with the operand ('a', 'b', 'c') whose address it maps."""
         m, n, k = problem.M, problem.N, problem.K
+        rows, cols = self.kernel_dims(config, problem)
         sw = config["SWIZZLE"]
         epi_n = self.epilogue_chunk_cols(config)
+        swap = config["SWAP_AB"]
         return {
-            "a": {"dims": (k, m), "strides": (k * 2,), "box": (sw // 2, config["BM"] // config["CLUSTER_N"]),
-                  "swizzle": sw},
-            "b": {"dims": (k, n), "strides": (k * 2,), "box": (sw // 2, config["BN"] // config["CLUSTER_M"]),
-                  "swizzle": sw},
-            "c": {"dims": (n, m), "strides": (n * 2,), "box": (epi_n, 64), "swizzle": epi_n * 2},
+            "a": {"dims": (k, rows), "strides": (k * 2,), "swizzle": sw, "operand": "b" if swap else "a",
+                  "box": (sw // 2, config["BM"] // config["CLUSTER_N"])},
+            "b": {"dims": (k, cols), "strides": (k * 2,), "swizzle": sw, "operand": "a" if swap else "b",
+                  "box": (sw // 2, config["BN"] // config["CLUSTER_M"])},
+            "c": {"dims": (n, m), "strides": (n * 2,), "box": (epi_n, 64), "swizzle": epi_n * 2,
+                  "operand": "c"},
         }
 
     @staticmethod
@@ -295,9 +329,11 @@ class WgmmaSm90(KernelTemplate):
     def kernel_args(self, config: Config, problem: GemmProblem,
                     ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:
         specs = self.tensor_map_specs(config, problem)
-        maps = [self.encode_tensor_map(specs[x], problem.dtype, int(ptrs[x])) for x in ("a", "b", "c")]
+        maps = [self.encode_tensor_map(specs[x], problem.dtype, int(ptrs[specs[x]["operand"]]))
+                for x in ("a", "b", "c")]
+        rows, cols = self.kernel_dims(config, problem)
         return [
             (maps[0], None), (maps[1], None), (maps[2], None),
             (int(ptrs["c"]), ctypes.c_void_p), (int(ptrs.get("workspace") or 0), ctypes.c_void_p),
-            (problem.M, ctypes.c_int), (problem.N, ctypes.c_int), (problem.K, ctypes.c_int),
+            (rows, ctypes.c_int), (cols, ctypes.c_int), (problem.K, ctypes.c_int),
         ]

@@ -42,7 +42,8 @@ DECODE_M = (1, 4, 16, 32, 64)
 CHUNK = 200  # jobs per worker command line (Linux caps one argument at 128 KiB)
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 136, 264),
                (64, 8, 4096), (33, 4104, 520), (9, 1024, 4096), (57, 11008, 4096),
-               (5, 4104, 4104), (16, 1000, 1032), (1, 40, 264), (11, 264, 72))
+               (5, 4104, 4104), (16, 1000, 1032), (1, 40, 264), (11, 264, 72), (129, 136, 264),
+               (200, 4096, 4096))
 
 
 def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
@@ -61,23 +62,29 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
 
 def membound_wgmma(problem: GemmProblem) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
-    schedule allows, so each weight tile is read once), narrow N tiles and split-K so that the
-    tiles x splits fill the GPU, and deep rings; the valid ones for the problem."""
+    schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M),
+    narrow tiles of the weight and split-K so that the tiles x splits fill the GPU, and deep
+    rings; the valid ones for the problem."""
     family = get_family("wgmma_sm90")
     base = family.seed_configs()[0]
-    out = []
+    widths = sorted(next(p.values for p in family.params if p.name == "BN"))
+    tokens = next((w for w in widths if w >= problem.M), None)  # swap-AB: M on the N side
+    shapes = []  # (swap, schedule, BM, BN, epilogue)
     for sched, bms in (("pingpong", (64, 128)), ("cooperative", (128, 256))):
         bm = next((b for b in bms if b >= problem.M), None)
-        if bm is None:
-            continue
-        for bn in (64, 128):
-            for split in (1, 2, 4):
-                for stages in (8, 6, 4):
-                    c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
-                         "STAGES": stages, "CLUSTER_M": 1, "CLUSTER_N": 1, "EPILOGUE": "tma"}
-                    if family.check(c, problem, H200) is None:
-                        out.append(c)
-                        break  # the deepest ring that fits
+        shapes += [(0, sched, bm, bn, "tma") for bn in (64, 128) if bm is not None]
+        if tokens is not None:
+            shapes += [(1, sched, bm, tokens, "direct") for bm in bms[:1]]
+    out = []
+    for swap, sched, bm, bn, epilogue in shapes:
+        for split in (1, 2, 4):
+            for stages in (8, 6, 5, 4):
+                c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
+                     "STAGES": stages, "CLUSTER_M": 1, "CLUSTER_N": 1, "EPILOGUE": epilogue,
+                     "SWAP_AB": swap}
+                if family.check(c, problem, H200) is None:
+                    out.append(c)
+                    break  # the deepest ring that fits
     return out
 
 

@@ -109,14 +109,7 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
   const int r1 = (int)((long long)(blockIdx.x + 1) * N / gridDim.x);
   const int stages = (r1 - r0 + RS - 1) / RS;
 
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      sm90::mbar_init(full + s * 8, 1);
-      sm90::mbar_init(empty + s * 8, WARPS);
-    }
-    sm90::fence_mbar_init();
-  }
+  if (tid == 0) sm90::init_ring_barriers(full, empty, STAGES, WARPS);
   __syncthreads();
 
   if (warp == WARPS) {  // producer: one thread copies each stage's rows

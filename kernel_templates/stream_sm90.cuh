@@ -115,12 +115,7 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   if (tid == 0) {
     sm90::tma_prefetch_desc(&tmap_a);
     sm90::tma_prefetch_desc(&tmap_b);
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      sm90::mbar_init(full + s * 8, 1);
-      sm90::mbar_init(empty + s * 8, WARPS);
-    }
-    sm90::fence_mbar_init();
+    sm90::init_ring_barriers(full, empty, STAGES, WARPS);
   }
   __syncthreads();
 

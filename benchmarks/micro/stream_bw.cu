@@ -39,13 +39,7 @@ using tunefw::rows::bulk_load;
 
 // STAGES full/empty barrier pairs after the ring, one arrival each (thread 0, then a block sync).
 __device__ __forceinline__ void init_ring(u32 full, u32 empty, int STAGES) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + s * 8, 1);
-      mbar_init(empty + s * 8, 1);
-    }
-    fence_mbar_init();
-  }
+  if (threadIdx.x == 0) init_ring_barriers(full, empty, STAGES, 1);
   __syncthreads();
 }
 

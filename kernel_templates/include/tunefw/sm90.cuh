@@ -73,6 +73,16 @@ __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
 __device__ __forceinline__ void fence_mbar_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// A ring's STAGES full/empty barrier pairs (8 bytes apart): full completes on one arrival (the
+// producer's expect_tx) plus its bytes, empty on `consumers` arrivals. Call from one thread; the
+// caller then syncs the block (or the cluster).
+__device__ __forceinline__ void init_ring_barriers(u32 full, u32 empty, int stages, int consumers) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(full + s * 8, 1);
+    mbar_init(empty + s * 8, consumers);
+  }
+  fence_mbar_init();
+}
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }

@@ -151,30 +151,6 @@ def guarded(part: Callable[[], dict]) -> dict:
 
 
 # ---- GPU parts --------------------------------------------------------------------------------
-def gpu_arch() -> tuple[int, str]:
-    """cuda:0's compute capability and the arch its kernels compile for (as the worker's)."""
-    import torch
-
-    from tunefw.device import spec_for
-    major, minor = torch.cuda.get_device_capability(0)
-    cc = major * 10 + minor
-    return cc, spec_for(torch.cuda.get_device_name(0), cc, 0, 0, 0, 0).arch
-
-
-def precompile(jobs: list[Job], arch: str, cache_dir: str) -> dict:
-    """Every distinct kernel of the jobs compiled on all cores into the worker's cache first
-    (the worker compiles one at a time)."""
-    from tunefw.cuda.compiler import CompilePool
-
-    kernels = {(j.family, json.dumps(j.config, sort_keys=True), j.problem.dtype): j for j in jobs}
-    start = time.monotonic()
-    with CompilePool(min(os.cpu_count() or 1, max(1, len(kernels))), cache_dir=cache_dir) as pool:
-        futures = [pool.submit(get_family(j.family), j.config, j.problem.dtype, arch)
-                   for j in kernels.values()]
-        ok = sum(f.result().ok for f in futures)
-    return {"kernels": len(kernels), "ok": ok, "seconds": round(time.monotonic() - start, 1)}
-
-
 def run_faults(cache_dir: str, timeout_s: float) -> dict:
     result = run_verify(fault_jobs(), cache_dir, timeout_s=timeout_s,
                         families=load_family_module(FAULT_FILE))
@@ -182,11 +158,12 @@ def run_faults(cache_dir: str, timeout_s: float) -> dict:
 
 
 def run_tables(paths: list[Path], shapes: list[GemmProblem], cache_dir: str) -> dict:
-    cc, arch = gpu_arch()
-    tables, jobs, owners = table_jobs(paths, shapes, cc)
-    compiled = precompile(jobs, arch, cache_dir)
-    out = judge_tables(tables, owners, run_verify(jobs, cache_dir))
-    return {**out, "precompile": compiled}
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    tables, jobs, owners = table_jobs(paths, shapes, major * 10 + minor)
+    result = run_verify(jobs, cache_dir)
+    return {**judge_tables(tables, owners, result), "precompile": result["compile"]}
 
 
 def run_sweep(study: Path, time_limit: float, backend: str) -> dict:

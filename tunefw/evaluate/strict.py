@@ -27,7 +27,7 @@ import torch
 
 from tunefw.evaluate.method import Verdict, verify
 
-GUARD_ELEMS = 4096  # 8 KB of 16-bit elements on each side of C, A and B (keeps them 256-byte aligned)
+GUARD_ELEMS = 4096  # 8 KB of 16-bit elements each side of C, A and B (keeps them 256-byte aligned)
 SENTINEL = 0x7FA5  # a NaN in bf16 and in fp16 that no arithmetic produces (payload 0x25)
 
 

@@ -18,17 +18,15 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
+import gpu_result  # noqa: E402
 from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS  # noqa: E402
 from tunefw.measure.verify import Job, parse_shapes, plan, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
@@ -41,8 +39,6 @@ FAULT_PROBLEM = GemmProblem(1024, 1024, 1024)
 # The acceptance's three: a write outside C, a split-K counter left dirty, right only once.
 ACCEPTANCE_FAULTS = ("outside_c", "splitk_dirty", "first_launch_only")
 MIN_TRIALS_PER_S = 5.0
-DEVICE_KEYS = ("name", "uuid", "cc", "sm_count", "driver", "cuda", "compiler", "method",
-               "sm_clock_mhz", "power_limit_w", "power_w", "temperature_c")
 
 
 # ---- plans (no GPU) ---------------------------------------------------------------------------
@@ -139,17 +135,6 @@ def summarize(parts: dict) -> dict:
     return {**points, "all_pass": all(p["pass"] for p in points.values())}
 
 
-def guarded(part: Callable[[], dict]) -> dict:
-    """The part's result with its wall time, or its error (the run goes on to the next part)."""
-    start = time.monotonic()
-    try:
-        out = part()
-    except Exception as exc:
-        out = {"error": f"{type(exc).__name__}: {exc}",
-               "traceback": traceback.format_exc().splitlines()[-12:]}
-    return {**out, "seconds": round(time.monotonic() - start, 1)}
-
-
 # ---- GPU parts --------------------------------------------------------------------------------
 def run_faults(cache_dir: str, timeout_s: float) -> dict:
     result = run_verify(fault_jobs(), cache_dir, timeout_s=timeout_s,
@@ -189,21 +174,12 @@ def run_sweep(study: Path, time_limit: float, backend: str) -> dict:
 
 
 # ---- the file ---------------------------------------------------------------------------------
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=REPO, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def compose(parts: dict, given_commit: str | None, started: float) -> dict:
     """The result file: identity, the device (from the first part that reached the GPU), parts
     and the summary."""
     fp = next((p["device"] for p in parts.values() if p.get("device")), {})
     return {"script": SCRIPT, "date": datetime.date.today().isoformat(),
-            "commit": given_commit or commit(), "device": {k: fp.get(k) for k in DEVICE_KEYS},
+            "commit": gpu_result.commit(given_commit), "device": gpu_result.device(fp),
             "parts": parts, "summary": summarize(parts),
             "wall_s": round(time.monotonic() - started, 1)}
 
@@ -256,15 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp(prefix="tunefw-verify-")
     parts: dict = {}
-    parts["faults"] = guarded(lambda: run_faults(cache_dir, args.fault_timeout))
-    parts["tables"] = guarded(lambda: run_tables(args.tables, shapes, cache_dir))
-    parts["sweep"] = guarded(lambda: run_sweep(args.study, args.sweep_time_limit,
-                                               args.sweep_backend))
+    parts["faults"] = gpu_result.guarded(lambda: run_faults(cache_dir, args.fault_timeout))
+    parts["tables"] = gpu_result.guarded(lambda: run_tables(args.tables, shapes, cache_dir))
+    parts["sweep"] = gpu_result.guarded(lambda: run_sweep(args.study, args.sweep_time_limit,
+                                                          args.sweep_backend))
     result = compose(parts, args.commit, started)
-    out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / "verify_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"wrote {out}")
+    gpu_result.write(result, gpu_result.out_path("verify_h200.json", args.out))
     print_table(result)
     return 0 if result["summary"]["all_pass"] else 1
 

@@ -71,10 +71,11 @@ def test_tables_are_planned_per_file_and_an_unreadable_one_is_skipped(tmp_path):
 def test_a_failed_part_fails_its_point_and_the_others_stand():
     def broken() -> dict:
         raise RuntimeError("the GPU worker process did not start")
-    parts = {"faults": script.guarded(lambda: script.judge_faults(_fault_result())),
-             "tables": script.guarded(broken),
-             "sweep": script.guarded(lambda: {"trials_per_s": 7.5, "gpu_busy": {"0": 0.97},
-                                              "trials": 300, "wrong": 0})}
+    guarded = script.gpu_result.guarded
+    parts = {"faults": guarded(lambda: script.judge_faults(_fault_result())),
+             "tables": guarded(broken),
+             "sweep": guarded(lambda: {"trials_per_s": 7.5, "gpu_busy": {"0": 0.97},
+                                       "trials": 300, "wrong": 0})}
     assert parts["tables"]["error"] == "RuntimeError: the GPU worker process did not start"
     result = script.compose(parts, "abc123", 0.0)
     summary = result["summary"]

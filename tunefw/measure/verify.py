@@ -5,6 +5,7 @@ their jobs here too, optionally timed as a sweep trial is)."""
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import random
 import time
@@ -17,6 +18,7 @@ from tunefw.outcome import TrialSpec, cublas_ratio
 from tunefw.problem import GemmProblem, parse_shape
 from tunefw.templates import get_family
 from tunefw.templates.family_module import FamilyModule, load_family_module
+from tunefw.tune.space import random_valid
 
 # Odd M, N and K just past tile multiples, one k-step, one row tile, decode and skinny shapes.
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (129, 136, 264), (1, 4096, 14336),
@@ -71,9 +73,8 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
         rng = random.Random(seed)
         jobs = []
         for problem in shapes:
-            space = [c for c in family.iter_space() if family.check(c, problem, device) is None]
-            rng.shuffle(space)
-            jobs += [Job(target, c, problem, "sample") for c in space[:sample]]
+            valid = random_valid(family, rng, problem, device)
+            jobs += [Job(target, c, problem, "sample") for c in itertools.islice(valid, sample)]
         return jobs
     from tunefw.runtime.dispatch import load
     table = load(target)

@@ -32,7 +32,7 @@ def verify_cmd(
     """Verify configs as every trial is verified (guard bands, inputs, a second launch, small
     grids) on a GPU; exit 1 if any is not OK (or, with --sanitize, not clean)."""
     from tunefw.errors import UserError
-    from tunefw.fileio import write_atomic
+    from tunefw.export.files import write_atomic
     from tunefw.measure import sanitize, verify
     from tunefw.templates.family_module import load_family_module
 

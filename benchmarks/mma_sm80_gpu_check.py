@@ -65,7 +65,6 @@ TIMING_CONFIGS = [
 ]
 PEAK_BLOCKS_PER_SM, PEAK_THREADS, PEAK_MMAS_PER_WARP = 4, 256, 8192  # per chain: / CHAINS
 PEAK_WARMUP, PEAK_TIMED = 2, 5
-DTYPE_CODE = {"bf16": 0, "fp16": 1}
 
 
 # ---- plans (no GPU) ---------------------------------------------------------------------------
@@ -110,9 +109,6 @@ class MmaPeak(KernelTemplate):
     def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
         return None
 
-    def template_args(self, config: Config, dtype: str) -> list[str]:
-        return [str(DTYPE_CODE[dtype]), str(config["CHAINS"])]
-
 
 PEAK = MmaPeak()
 
@@ -141,7 +137,7 @@ def measure_peak(sm_count: int, arch: str, cache_dir: str) -> list[dict]:
     stream = torch.cuda.current_stream().cuda_stream
     launch, rows = peak_launch(sm_count), []
     out = torch.empty(launch.grid[0] * PEAK_THREADS, dtype=torch.float32, device="cuda")
-    for dtype in DTYPE_CODE:
+    for dtype in PEAK.dtype_codes:
         for chains in PEAK.params[0].values:
             row = {"dtype": dtype, "chains": chains}
             compiled = compile_kernel(PEAK, {"CHAINS": chains}, dtype, arch, cache_dir=cache_dir,

@@ -1,4 +1,5 @@
-"""Strict verification, the one check every trial, confirmation and `tunefw verify` runs.
+"""Strict verification, the one check every trial, confirmation, `tunefw verify` and the runtime's
+first use of a kernel on a shape (runtime/firstuse.py) run.
 
 Beyond method.verify's values (no NaN/Inf, fp32 reference globally and per row, bounded by
 cuBLAS's own error), a config must:

@@ -1,7 +1,9 @@
 """GPU acceptance of strict verification, in one run: every fault kernel ends as expected (those
 that write outside C, leave a split-K counter dirty or are right only on the first launch as
-WRONG_ANSWER), every winner of the committed dispatch tables passes, and a real `tunefw launch`
-sweep at 4096^3 (strict checks in every trial) still runs at least 5 trials/s.
+WRONG_ANSWER), every winner of the committed dispatch tables passes, the runtime serves every
+shape a table sends to a kernel after its first-use verification (tunefw/runtime/firstuse.py),
+and a real `tunefw launch` sweep at 4096^3 (strict checks in every trial) still runs at least 5
+trials/s.
 
 Run once on the GPU host from the repo root (about 5 minutes):
 
@@ -73,6 +75,16 @@ def table_jobs(paths: list[Path], shapes: list[GemmProblem], gpu_cc: int
     return tables, jobs, owners
 
 
+def runtime_shapes(path: Path, shapes: list[GemmProblem]) -> list[GemmProblem]:
+    """The shapes a table serves with a kernel on its own device: its kernel entries' and those
+    of ``shapes`` its rules send to a kernel."""
+    from tunefw.runtime.dispatch import load
+
+    table = load(path)
+    own = [e.problem for e in table.entries if not e.is_cublas]
+    return own + [p for p in shapes if p not in own and table.decide(p).entry is not None]
+
+
 # ---- judging (no GPU) -------------------------------------------------------------------------
 def judge_faults(result: dict) -> dict:
     """Each fault's verdict beside its expected one."""
@@ -111,9 +123,18 @@ def judge_tables(tables: list[dict], owners: list[str], result: dict) -> dict:
             "rows": result["rows"]}
 
 
+def judge_runtime(rows: list[dict]) -> dict:
+    """Every shape served after its first-use verification: none left to cuBLAS by a failed
+    check, no table that could not be served."""
+    failed = [r for r in rows if not r.get("verified")]
+    return {"rows": rows, "checked": len(rows), "failures": failed,
+            "all_pass": bool(rows) and not failed}
+
+
 def summarize(parts: dict) -> dict:
     """Pass or fail per acceptance point, with the figures it rests on (None: part failed)."""
-    faults, tables, sweep = (parts.get(k) or {} for k in ("faults", "tables", "sweep"))
+    faults, tables, runtime, sweep = (parts.get(k) or {}
+                                      for k in ("faults", "tables", "runtime", "sweep"))
     caught = faults.get("acceptance_caught")
     rate = sweep.get("trials_per_s")
     points = {
@@ -126,6 +147,10 @@ def summarize(parts: dict) -> dict:
             "evidence": {"tables": [{k: t.get(k) for k in ("file", "pass", "checked", "own_shapes",
                                                            "own_shapes_ok", "statuses", "skipped")}
                                     for t in tables.get("tables", [])], "error": tables.get("error")}},
+        "runtime_first_use": {
+            "pass": bool(runtime.get("all_pass")),
+            "evidence": {"checked": runtime.get("checked"), "failures": runtime.get("failures"),
+                         "error": runtime.get("error")}},
         "sweep_rate": {
             "pass": rate is not None and rate >= MIN_TRIALS_PER_S,
             "evidence": {"trials_per_s": rate, "min": MIN_TRIALS_PER_S,
@@ -149,6 +174,40 @@ def run_tables(paths: list[Path], shapes: list[GemmProblem], cache_dir: str) -> 
     tables, jobs, owners = table_jobs(paths, shapes, major * 10 + minor)
     result = run_verify(jobs, cache_dir)
     return {**judge_tables(tables, owners, result), "precompile": result["compile"]}
+
+
+def run_runtime(paths: list[Path], shapes: list[GemmProblem], cache_dir: str) -> dict:
+    """Each table's kernel-served shapes through a Dispatcher (no guard) on random operands: the
+    first call builds the plan and verifies it; a failure shows in the route as cuBLAS."""
+    import time
+
+    import torch
+
+    from tunefw.runtime.dispatcher import Dispatcher
+    from tunefw.runtime.plan import TORCH_DTYPES
+
+    dtypes = {name: dtype for dtype, name in TORCH_DTYPES.items()}
+    rows = []
+    for path in paths:
+        where = str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+        try:
+            problems = runtime_shapes(path, shapes)
+            dispatcher = Dispatcher(path, cache_dir=cache_dir, guard=False)
+        except Exception as exc:  # a table that cannot be served here is a row, not fatal
+            rows.append({"table": where, "verified": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for p in problems:
+            a = torch.randn(p.M, p.K, device="cuda").to(dtypes[p.dtype])
+            b = torch.randn(p.N, p.K, device="cuda").to(dtypes[p.dtype])
+            start = time.perf_counter()
+            dispatcher.gemm(a, b)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - start
+            route = dispatcher.route_for(a, b)
+            rows.append({"table": where, "shape": p.key(), "path": route.path,
+                         "reason": route.reason, "first_call_s": round(first, 4),
+                         "verified": "failed strict verification" not in route.reason})
+    return judge_runtime(rows)
 
 
 def run_sweep(study: Path, time_limit: float, backend: str) -> dict:
@@ -186,8 +245,8 @@ def compose(parts: dict, given_commit: str | None, started: float) -> dict:
 
 def print_table(result: dict) -> None:
     summary = result["summary"]
-    print(f"{'acceptance point':<16} {'result':<6} evidence")
-    for point in ("faults_caught", "winners_pass", "sweep_rate"):
+    print(f"{'acceptance point':<17} {'result':<6} evidence")
+    for point in ("faults_caught", "winners_pass", "runtime_first_use", "sweep_rate"):
         entry = summary[point]
         ev = entry["evidence"]
         if point == "faults_caught":
@@ -197,11 +256,14 @@ def print_table(result: dict) -> None:
         elif point == "winners_pass":
             text = "; ".join(f"{Path(t['file']).stem} {t['skipped'] or t['statuses']}"
                              for t in ev["tables"])
+        elif point == "runtime_first_use":
+            text = (f"{ev['checked']} shapes served after first-use verification, "
+                    f"{len(ev['failures'] or [])} not")
         else:
             text = f"{ev['trials_per_s']} trials/s (min {ev['min']}), gpu_busy {ev['gpu_busy']}"
         if ev.get("error"):
             text += f" ERROR {ev['error']}"
-        print(f"{point:<16} {'PASS' if entry['pass'] else 'FAIL':<6} {text}")
+        print(f"{point:<17} {'PASS' if entry['pass'] else 'FAIL':<6} {text}")
     print(f"all pass: {summary['all_pass']}  ({result['device'].get('name')}, "
           f"{result['wall_s']} s)")
 
@@ -225,15 +287,17 @@ def main(argv: list[str] | None = None) -> int:
         tables, jobs, _ = table_jobs(args.tables, shapes, 90)
         from tunefw.study.spec import load_study_file
         study = load_study_file(args.study)
+        runtime = sum(len(runtime_shapes(t, shapes)) for t in args.tables)
         print(json.dumps({"faults": [j.config["fault"] for j in fault_jobs()], "tables": tables,
-                          "table_jobs": len(jobs), "study": {"name": study.name,
-                                                             "trials": study.trials}}, indent=1))
+                          "table_jobs": len(jobs), "runtime_shapes": runtime,
+                          "study": {"name": study.name, "trials": study.trials}}, indent=1))
         return 0
     started = time.monotonic()
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp(prefix="tunefw-verify-")
     parts: dict = {}
     parts["faults"] = gpu_result.guarded(lambda: run_faults(cache_dir, args.fault_timeout))
     parts["tables"] = gpu_result.guarded(lambda: run_tables(args.tables, shapes, cache_dir))
+    parts["runtime"] = gpu_result.guarded(lambda: run_runtime(args.tables, shapes, cache_dir))
     parts["sweep"] = gpu_result.guarded(lambda: run_sweep(args.study, args.sweep_time_limit,
                                                           args.sweep_backend))
     result = compose(parts, args.commit, started)

@@ -1,7 +1,9 @@
 """GPU acceptance of strict verification, in one run: every fault kernel ends as expected (those
 that write outside C, leave a split-K counter dirty or are right only on the first launch as
-WRONG_ANSWER), every winner of the committed dispatch tables passes, and a real `tunefw launch`
-sweep at 4096^3 (strict checks in every trial) still runs at least 5 trials/s.
+WRONG_ANSWER), every winner of the committed dispatch tables passes, the runtime serves every
+shape a table sends to a kernel after its first-use verification (tunefw/runtime/firstuse.py),
+and a real `tunefw launch` sweep at 4096^3 (strict checks in every trial) still runs at least 5
+trials/s.
 
 Run once on the GPU host from the repo root (about 5 minutes):
 
@@ -18,17 +20,15 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
+import gpu_result  # noqa: E402
 from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS  # noqa: E402
 from tunefw.measure.verify import Job, parse_shapes, plan, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
@@ -41,8 +41,6 @@ FAULT_PROBLEM = GemmProblem(1024, 1024, 1024)
 # The acceptance's three: a write outside C, a split-K counter left dirty, right only once.
 ACCEPTANCE_FAULTS = ("outside_c", "splitk_dirty", "first_launch_only")
 MIN_TRIALS_PER_S = 5.0
-DEVICE_KEYS = ("name", "uuid", "cc", "sm_count", "driver", "cuda", "compiler", "method",
-               "sm_clock_mhz", "power_limit_w", "power_w", "temperature_c")
 
 
 # ---- plans (no GPU) ---------------------------------------------------------------------------
@@ -75,6 +73,16 @@ def table_jobs(paths: list[Path], shapes: list[GemmProblem], gpu_cc: int
         jobs += planned
         owners += [entry["file"]] * len(planned)
     return tables, jobs, owners
+
+
+def runtime_shapes(path: Path, shapes: list[GemmProblem]) -> list[GemmProblem]:
+    """The shapes a table serves with a kernel on its own device: its kernel entries' and those
+    of ``shapes`` its rules send to a kernel."""
+    from tunefw.runtime.dispatch import load
+
+    table = load(path)
+    own = [e.problem for e in table.entries if not e.is_cublas]
+    return own + [p for p in shapes if p not in own and table.decide(p).entry is not None]
 
 
 # ---- judging (no GPU) -------------------------------------------------------------------------
@@ -115,9 +123,18 @@ def judge_tables(tables: list[dict], owners: list[str], result: dict) -> dict:
             "rows": result["rows"]}
 
 
+def judge_runtime(rows: list[dict]) -> dict:
+    """Every shape served after its first-use verification: none left to cuBLAS by a failed
+    check, no table that could not be served."""
+    failed = [r for r in rows if not r.get("verified")]
+    return {"rows": rows, "checked": len(rows), "failures": failed,
+            "all_pass": bool(rows) and not failed}
+
+
 def summarize(parts: dict) -> dict:
     """Pass or fail per acceptance point, with the figures it rests on (None: part failed)."""
-    faults, tables, sweep = (parts.get(k) or {} for k in ("faults", "tables", "sweep"))
+    faults, tables, runtime, sweep = (parts.get(k) or {}
+                                      for k in ("faults", "tables", "runtime", "sweep"))
     caught = faults.get("acceptance_caught")
     rate = sweep.get("trials_per_s")
     points = {
@@ -130,6 +147,10 @@ def summarize(parts: dict) -> dict:
             "evidence": {"tables": [{k: t.get(k) for k in ("file", "pass", "checked", "own_shapes",
                                                            "own_shapes_ok", "statuses", "skipped")}
                                     for t in tables.get("tables", [])], "error": tables.get("error")}},
+        "runtime_first_use": {
+            "pass": bool(runtime.get("all_pass")),
+            "evidence": {"checked": runtime.get("checked"), "failures": runtime.get("failures"),
+                         "error": runtime.get("error")}},
         "sweep_rate": {
             "pass": rate is not None and rate >= MIN_TRIALS_PER_S,
             "evidence": {"trials_per_s": rate, "min": MIN_TRIALS_PER_S,
@@ -139,42 +160,7 @@ def summarize(parts: dict) -> dict:
     return {**points, "all_pass": all(p["pass"] for p in points.values())}
 
 
-def guarded(part: Callable[[], dict]) -> dict:
-    """The part's result with its wall time, or its error (the run goes on to the next part)."""
-    start = time.monotonic()
-    try:
-        out = part()
-    except Exception as exc:
-        out = {"error": f"{type(exc).__name__}: {exc}",
-               "traceback": traceback.format_exc().splitlines()[-12:]}
-    return {**out, "seconds": round(time.monotonic() - start, 1)}
-
-
 # ---- GPU parts --------------------------------------------------------------------------------
-def gpu_arch() -> tuple[int, str]:
-    """cuda:0's compute capability and the arch its kernels compile for (as the worker's)."""
-    import torch
-
-    from tunefw.device import spec_for
-    major, minor = torch.cuda.get_device_capability(0)
-    cc = major * 10 + minor
-    return cc, spec_for(torch.cuda.get_device_name(0), cc, 0, 0, 0, 0).arch
-
-
-def precompile(jobs: list[Job], arch: str, cache_dir: str) -> dict:
-    """Every distinct kernel of the jobs compiled on all cores into the worker's cache first
-    (the worker compiles one at a time)."""
-    from tunefw.cuda.compiler import CompilePool
-
-    kernels = {(j.family, json.dumps(j.config, sort_keys=True), j.problem.dtype): j for j in jobs}
-    start = time.monotonic()
-    with CompilePool(min(os.cpu_count() or 1, max(1, len(kernels))), cache_dir=cache_dir) as pool:
-        futures = [pool.submit(get_family(j.family), j.config, j.problem.dtype, arch)
-                   for j in kernels.values()]
-        ok = sum(f.result().ok for f in futures)
-    return {"kernels": len(kernels), "ok": ok, "seconds": round(time.monotonic() - start, 1)}
-
-
 def run_faults(cache_dir: str, timeout_s: float) -> dict:
     result = run_verify(fault_jobs(), cache_dir, timeout_s=timeout_s,
                         families=load_family_module(FAULT_FILE))
@@ -182,11 +168,46 @@ def run_faults(cache_dir: str, timeout_s: float) -> dict:
 
 
 def run_tables(paths: list[Path], shapes: list[GemmProblem], cache_dir: str) -> dict:
-    cc, arch = gpu_arch()
-    tables, jobs, owners = table_jobs(paths, shapes, cc)
-    compiled = precompile(jobs, arch, cache_dir)
-    out = judge_tables(tables, owners, run_verify(jobs, cache_dir))
-    return {**out, "precompile": compiled}
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    tables, jobs, owners = table_jobs(paths, shapes, major * 10 + minor)
+    result = run_verify(jobs, cache_dir)
+    return {**judge_tables(tables, owners, result), "precompile": result["compile"]}
+
+
+def run_runtime(paths: list[Path], shapes: list[GemmProblem], cache_dir: str) -> dict:
+    """Each table's kernel-served shapes through a Dispatcher (no guard) on random operands: the
+    first call builds the plan and verifies it; a failure shows in the route as cuBLAS."""
+    import time
+
+    import torch
+
+    from tunefw.runtime.dispatcher import Dispatcher
+    from tunefw.runtime.plan import TORCH_DTYPES
+
+    dtypes = {name: dtype for dtype, name in TORCH_DTYPES.items()}
+    rows = []
+    for path in paths:
+        where = str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+        try:
+            problems = runtime_shapes(path, shapes)
+            dispatcher = Dispatcher(path, cache_dir=cache_dir, guard=False)
+        except Exception as exc:  # a table that cannot be served here is a row, not fatal
+            rows.append({"table": where, "verified": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for p in problems:
+            a = torch.randn(p.M, p.K, device="cuda").to(dtypes[p.dtype])
+            b = torch.randn(p.N, p.K, device="cuda").to(dtypes[p.dtype])
+            start = time.perf_counter()
+            dispatcher.gemm(a, b)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - start
+            route = dispatcher.route_for(a, b)
+            rows.append({"table": where, "shape": p.key(), "path": route.path,
+                         "reason": route.reason, "first_call_s": round(first, 4),
+                         "verified": "failed strict verification" not in route.reason})
+    return judge_runtime(rows)
 
 
 def run_sweep(study: Path, time_limit: float, backend: str) -> dict:
@@ -212,29 +233,20 @@ def run_sweep(study: Path, time_limit: float, backend: str) -> dict:
 
 
 # ---- the file ---------------------------------------------------------------------------------
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=REPO, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def compose(parts: dict, given_commit: str | None, started: float) -> dict:
     """The result file: identity, the device (from the first part that reached the GPU), parts
     and the summary."""
     fp = next((p["device"] for p in parts.values() if p.get("device")), {})
     return {"script": SCRIPT, "date": datetime.date.today().isoformat(),
-            "commit": given_commit or commit(), "device": {k: fp.get(k) for k in DEVICE_KEYS},
+            "commit": gpu_result.commit(given_commit), "device": gpu_result.device(fp),
             "parts": parts, "summary": summarize(parts),
             "wall_s": round(time.monotonic() - started, 1)}
 
 
 def print_table(result: dict) -> None:
     summary = result["summary"]
-    print(f"{'acceptance point':<16} {'result':<6} evidence")
-    for point in ("faults_caught", "winners_pass", "sweep_rate"):
+    print(f"{'acceptance point':<17} {'result':<6} evidence")
+    for point in ("faults_caught", "winners_pass", "runtime_first_use", "sweep_rate"):
         entry = summary[point]
         ev = entry["evidence"]
         if point == "faults_caught":
@@ -244,11 +256,14 @@ def print_table(result: dict) -> None:
         elif point == "winners_pass":
             text = "; ".join(f"{Path(t['file']).stem} {t['skipped'] or t['statuses']}"
                              for t in ev["tables"])
+        elif point == "runtime_first_use":
+            text = (f"{ev['checked']} shapes served after first-use verification, "
+                    f"{len(ev['failures'] or [])} not")
         else:
             text = f"{ev['trials_per_s']} trials/s (min {ev['min']}), gpu_busy {ev['gpu_busy']}"
         if ev.get("error"):
             text += f" ERROR {ev['error']}"
-        print(f"{point:<16} {'PASS' if entry['pass'] else 'FAIL':<6} {text}")
+        print(f"{point:<17} {'PASS' if entry['pass'] else 'FAIL':<6} {text}")
     print(f"all pass: {summary['all_pass']}  ({result['device'].get('name')}, "
           f"{result['wall_s']} s)")
 
@@ -272,22 +287,21 @@ def main(argv: list[str] | None = None) -> int:
         tables, jobs, _ = table_jobs(args.tables, shapes, 90)
         from tunefw.study.spec import load_study_file
         study = load_study_file(args.study)
+        runtime = sum(len(runtime_shapes(t, shapes)) for t in args.tables)
         print(json.dumps({"faults": [j.config["fault"] for j in fault_jobs()], "tables": tables,
-                          "table_jobs": len(jobs), "study": {"name": study.name,
-                                                             "trials": study.trials}}, indent=1))
+                          "table_jobs": len(jobs), "runtime_shapes": runtime,
+                          "study": {"name": study.name, "trials": study.trials}}, indent=1))
         return 0
     started = time.monotonic()
     cache_dir = os.environ.get("TUNEFW_CACHE_DIR") or tempfile.mkdtemp(prefix="tunefw-verify-")
     parts: dict = {}
-    parts["faults"] = guarded(lambda: run_faults(cache_dir, args.fault_timeout))
-    parts["tables"] = guarded(lambda: run_tables(args.tables, shapes, cache_dir))
-    parts["sweep"] = guarded(lambda: run_sweep(args.study, args.sweep_time_limit,
-                                               args.sweep_backend))
+    parts["faults"] = gpu_result.guarded(lambda: run_faults(cache_dir, args.fault_timeout))
+    parts["tables"] = gpu_result.guarded(lambda: run_tables(args.tables, shapes, cache_dir))
+    parts["runtime"] = gpu_result.guarded(lambda: run_runtime(args.tables, shapes, cache_dir))
+    parts["sweep"] = gpu_result.guarded(lambda: run_sweep(args.study, args.sweep_time_limit,
+                                                          args.sweep_backend))
     result = compose(parts, args.commit, started)
-    out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / "verify_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"wrote {out}")
+    gpu_result.write(result, gpu_result.out_path("verify_h200.json", args.out))
     print_table(result)
     return 0 if result["summary"]["all_pass"] else 1
 

@@ -1,74 +1,64 @@
-"""Focused GPU check of the wgmma_sm90 family on an H200 (fast: about 3-4 minutes).
+"""Focused GPU check of the wgmma_sm90 family on an H200 (about 3-4 minutes).
 
-    PYTHONPATH=. python benchmarks/wgmma_sm90_gpu_check.py                # correctness + speed
-    PYTHONPATH=. python benchmarks/wgmma_sm90_gpu_check.py --sanitize --budget-s 480  # sanitizer only
-    options: --budget-s 220, --skip-perf, --skip-verify, --only-shape 4096x4096x4096
+    source benchmarks/device_setup.sh && python3 benchmarks/wgmma_sm90_gpu_check.py --commit SHA
+    python3 benchmarks/wgmma_sm90_gpu_check.py --sanitize --commit SHA  # sanitizers only
+    python3 benchmarks/wgmma_sm90_gpu_check.py --dry-run                # CPU: the plan
+    options: --skip-perf, --skip-verify, --only-shape 4096x4096x4096
 
-Self-contained: compiles with NVRTC (sm_90a) through tunefw.cuda.compiler, loads the cubins with
-cuda.bindings.driver (cuModuleLoadData, cuFuncSetAttribute, cuLaunchKernelEx with the cluster
-dimension attribute, on torch's current stream) and builds the TMA tensor maps with the family's
-own kernel_args().
+Everything runs on the product's own code (`tunefw verify`'s functions, tunefw/measure/verify.py):
+every kernel compiled ahead on all cores by tunefw's compiler (its SASS checked: HGMMA present,
+no local memory; a kernel that fails is reported and not run), each job in an isolated GPU
+worker (a config that hangs, poisons its context or kills its process costs that one job, the
+next runs in a fresh worker).
 
-A kernel that hangs or faults must not take the run with it: the parent process only compiles
-and orchestrates; the GPU work runs in worker subprocesses that report one JSON line per job.
-A job that exceeds its time limit or kills its worker is recorded (HANG / CRASH) and a fresh
-worker continues with the jobs after it.
+Correctness (every ping-pong variant, the split-K paths and a sample of cooperative configs) on
+the edge shapes (1,8,8), (17,24,40), (129,136,264), (4095,4104,4104), (300,1000,520), verified as
+every sweep trial is (tunefw/evaluate/strict.py): C NaN-poisoned between guard bands, A and B
+between guard bands and unchanged, a throw-away launch, then two on the same workspace that must
+agree bit for bit (split-K counters reset), judged against A.float() @ B.float().T with cuBLAS's
+error as the second bound; persistent configs also on a small grid (8 SMs' worth), so every CTA
+loops over several tiles and the two ping-pong consumers get uneven tile counts.
 
-Correctness (every ping-pong variant and a sample of the rest): the edge shapes (1,8,8),
-(17,24,40), (129,136,264), (4095,4104,4104), (300,1000,520), launched twice each (C poisoned with
-NaN before each launch, the split-K workspace zeroed once), judged by tunefw.evaluate.method.verify
-against A.float() @ B.float().T with cuBLAS's error as the second bound; the two launches must
-agree bit for bit. Persistent configs are also run on a SMALL grid (a few clusters), so that every
-CTA loops over several tiles and the two ping-pong consumers get uneven tile counts.
-
-Speed: a focused candidate list per public-suite shape, each config timed INTERLEAVED with cuBLAS
-(tunefw.evaluate.method.interleaved: A B A B ..., L2 flushed before every launch, medians), so
-clock/power drift between configs does not bias the ratio. Every timed config is verified at the
-timed shape first.
+Speed: a focused candidate list per public-suite shape, each config run as a sweep trial
+(verified, then screened interleaved with cuBLAS: A B A B ..., L2 flushed before every launch),
+so clock and power drift between configs does not bias the ratio.
 
 --sanitize: a few small configs (a cooperative 2x1 cluster with the overlapped epilogue, a
-persistent ping-pong, a ping-pong cluster with split-K) run in a child process under
-`compute-sanitizer --tool memcheck` and `--tool racecheck` (small persistent grid, so CTAs loop
-over tiles); the "ERROR SUMMARY: N errors" line of each is recorded.
+persistent ping-pong, a ping-pong cluster with split-K) verified under compute-sanitizer memcheck
+and racecheck as `tunefw verify --sanitize` does (tunefw/measure/sanitize.py).
 
-Prints a table last; writes $OUT/wgmma_sm90_gpu_check.json (or wgmma_sm90_sanitize.json).
+Prints a table last; writes $OUT/wgmma_sm90_gpu_check.json (or wgmma_sm90_sanitize.json), else
+benchmarks/results/.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime as _dt
-import glob
-import json
-import os
-import re
-import shutil
-import subprocess
+import datetime
+import math
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+import gpu_result  # noqa: E402
+from tunefw.device import H200, DeviceSpec  # noqa: E402
+from tunefw.measure.verify import Job, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
+from tunefw.templates import config_key  # noqa: E402
 from tunefw.templates.wgmma_sm90 import WgmmaSm90  # noqa: E402
 
+SCRIPT = "benchmarks/wgmma_sm90_gpu_check.py"
 T = WgmmaSm90()
 DEFAULT = T.default_config()
 
 EDGE_SHAPES = [(1, 8, 8), (17, 24, 40), (129, 136, 264), (4095, 4104, 4104), (300, 1000, 520)]
 PERF_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 4096), (128, 6144, 4096),
                (16, 4096, 14336), (2048, 4096, 14336)]
-SMALL_GRID_CLUSTERS = 5  # persistent configs are verified on this many clusters too
-FIRST_JOB_TIMEOUT_S = 120.0  # includes torch + CUDA start in a fresh worker
 JOB_TIMEOUT_S = 45.0
-SANITIZE_TIMEOUT_S = 150.0
-FLUSH_BYTES = 512 * 2**20
-TIME_MIN_LAUNCHES = 15
-TIME_MIN_MS = 25.0
+SANITIZE_TIMEOUT_S = 240.0  # per tool's whole run: both tools within 9 minutes
 
 
 def cfg(**changes) -> dict:
@@ -188,607 +178,214 @@ def sanitize_configs() -> list[tuple[dict, tuple]]:
     ]
 
 
-# ---- orchestration (parent) ----------------------------------------------------------------------
-def _key(config: dict, dtype: str) -> str:
-    return json.dumps(config, sort_keys=True) + "|" + dtype
+# ---- plans (no GPU) ---------------------------------------------------------------------------
+def plan_verify(device: DeviceSpec) -> tuple[list[Job], list[dict]]:
+    """The correctness jobs (each config on each edge shape check() allows; source names its
+    group) and the (config, shape) pairs check() refuses, with why."""
+    jobs, refused = [], []
+    for group, config, dtype in correctness_configs():
+        for shape in EDGE_SHAPES:
+            problem = GemmProblem(*shape, dtype=dtype)
+            reason = T.check(config, problem, device)
+            if reason:
+                refused.append({"group": group, "config": config, "shape": list(shape),
+                                "dtype": dtype, "reason": reason})
+            else:
+                jobs.append(Job(T.family, config, problem, group))
+    return jobs, refused
 
 
-def _compile_all(jobs: list[dict], cubin_dir: Path) -> dict:
-    """NVRTC-compile every distinct (config, dtype) once; returns key -> compile record."""
-    from tunefw.cuda.compiler import CompilePool, compiler_info, sass_check
-
-    keys = {}
-    for job in jobs:
-        keys[_key(job["config"], job["dtype"])] = (job["config"], job["dtype"])
-    records = {}
-    with CompilePool(min(16, os.cpu_count() or 1), cache_dir=cubin_dir / "cache") as pool:
-        futures = {k: pool.submit(T, c, d, "sm_90a") for k, (c, d) in keys.items()}
-        for k, fut in futures.items():
-            r = fut.result()
-            warn = [ln.strip() for ln in r.log.splitlines() if "(C75" in ln]
-            rec = {"ok": r.ok, "regs": r.regs, "spill_bytes": r.spill_bytes, "seconds": r.seconds,
-                   "lowered": r.lowered_name, "log": "" if r.ok else r.log[-2000:],
-                   "ptxas_warnings": warn}
-            if r.ok:
-                path = cubin_dir / f"{r.key}.cubin"
-                path.write_bytes(r.cubin)
-                rec["cubin"] = str(path)
-                rec["sass"] = sass_check(r.cubin, require_hgmma=True)
-            records[k] = rec
-    print(f"compiled {len(records)} kernels with {compiler_info().label}", flush=True)
-    return records
+def plan_perf(device: DeviceSpec, only_shape: str | None = None) -> list[Job]:
+    """The timed jobs: each shape's candidates that check() allows (``only_shape``: one shape)."""
+    return [Job(T.family, c, GemmProblem(*s), "perf") for s, configs in perf_configs().items()
+            if not only_shape or "x".join(map(str, s)) == only_shape
+            for c in configs if T.check(c, GemmProblem(*s), device) is None]
 
 
-def _run_workers(jobs: list[dict], work: Path, deadline: float, tag: str,
-                 prefix: list[str] | None = None) -> list[dict]:
-    """Run jobs in worker subprocesses; a hung or crashed job is recorded and skipped."""
-    results: list[dict] = []
-    pending = list(jobs)
-    rounds = 0
-    barren = 0  # workers in a row that died before finishing any job
-    while pending and time.monotonic() < deadline and rounds < 16 and barren < 2:
-        job_file = work / f"{tag}_{rounds}.json"
-        out_file = work / f"{tag}_{rounds}.jsonl"
-        rounds += 1
-        job_file.write_text(json.dumps(pending))
-        out_file.write_text("")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(job_file), str(out_file)],
-                                env=env, start_new_session=True)
-        done_ids: set[int] = set()
-        started: int | None = None
-        job_deadline = time.monotonic() + FIRST_JOB_TIMEOUT_S
-        reason = None
-        seen = 0
-        while True:
-            code = proc.poll()  # before reading: every line written before the exit is seen
-            for line in out_file.read_text().splitlines()[seen:]:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    break  # a partial line: read it next time
-                seen += 1
-                if msg["event"] == "start":
-                    started = msg["id"]
-                    job_deadline = time.monotonic() + msg.get("timeout", JOB_TIMEOUT_S)
-                elif msg["event"] == "done":
-                    done_ids.add(msg["id"])
-                    results.append(msg["result"])
-                    started = None
-            if code is not None:
-                if code != 0:
-                    reason = f"CRASH (worker exit code {code})"
-                break
-            if time.monotonic() > job_deadline or time.monotonic() > deadline:
-                reason = "HANG (over its time limit; worker killed)"
-                try:
-                    os.killpg(proc.pid, 9)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                break
-            time.sleep(0.2)
-        pending = [j for j in pending if j["id"] not in done_ids]
-        if reason is None:
-            break
-        if started is not None:  # the job that was running when the worker died or hung
-            bad = next(j for j in pending if j["id"] == started)
-            results.append({**_job_row(bad), "status": reason.split()[0], "detail": reason})
-            print(f"  !! {reason}: {bad['kind']} {bad['dtype']} {_short(bad['config'])}", flush=True)
-            pending = [j for j in pending if j["id"] != started]
-        barren = 0 if (done_ids or started is not None) else barren + 1
-        if barren:
-            print(f"  !! worker died before its first job: {reason}", flush=True)
-    for j in pending:
-        results.append({**_job_row(j), "status": "SKIPPED",
-                        "detail": "time budget, or workers kept dying before their first job"})
-    return results
+def sanitize_jobs() -> list[Job]:
+    return [Job(T.family, c, GemmProblem(*s), "sanitize") for c, s in sanitize_configs()]
 
 
-def _job_row(job: dict) -> dict:
-    return {"kind": job["kind"], "group": job.get("group"), "dtype": job["dtype"],
-            "config": job["config"], "shape": job.get("shape")}
+# ---- compiling ahead, with the SASS checked ---------------------------------------------------
+def sass_failures(jobs: list[Job], arch: str, cache_dir: str) -> dict[str, str]:
+    """Kernel (name expression) -> why it must not run: a failed compile, spills, or SASS
+    without HGMMA or with local memory (tunefw compile --check-sass's rule)."""
+    from tunefw.cuda.compiler import sass_check
+    from tunefw.measure.verify import compile_all
+
+    failures = {}
+    for key, result in compile_all(jobs, arch, cache_dir).items():
+        name = key.split(" ", 1)[1]
+        if not result.ok:
+            failures[name] = f"{result.status.value}: {result.log.strip()[-300:]}"
+        elif result.spill_bytes:
+            failures[name] = f"spills {result.spill_bytes} bytes"
+        elif reason := sass_check(result.cubin, require_op=T.tensor_op):
+            failures[name] = reason
+    return failures
 
 
-def _device_info() -> dict:
-    code = ("import json, torch; from cuda.bindings import driver as cu; cu.cuInit(0); "
-            "p = torch.cuda.get_device_properties(0); "
-            "d = {'name': p.name, 'uuid': str(getattr(p, 'uuid', '')), "
-            "'cc': p.major * 10 + p.minor, 'sm_count': p.multi_processor_count, "
-            "'driver': cu.cuDriverGetVersion()[1], 'cuda': torch.version.cuda, 'torch': torch.__version__}\n"
-            "try:\n import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
-            " d['driver'] = pynvml.nvmlSystemGetDriverVersion()\n"
-            " d['sm_clock_mhz'] = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)\n"
-            " d['max_sm_clock_mhz'] = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)\n"
-            " d['power_limit_w'] = pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000\n"
-            "except Exception as e:\n d['nvml'] = repr(e)\n"
-            "print(json.dumps(d))")
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except Exception as exc:  # noqa: BLE001
-        return {"error": repr(exc)}
+def runnable(jobs: list[Job], failures: dict[str, str]) -> list[Job]:
+    return [j for j in jobs if T.name_expression(j.config, j.problem.dtype) not in failures]
 
 
-def _write(name: str, summary: dict) -> None:
-    out_dir = os.environ.get("OUT")
-    if out_dir:
-        path = Path(out_dir) / name
-        path.write_text(json.dumps(summary, indent=1, default=str))
-        print(f"\nwrote {path}")
+# ---- the result (no GPU) ----------------------------------------------------------------------
+def per_config(rows: list[dict]) -> list[dict]:
+    """The correctness rows grouped by (config, dtype): OK only if every shape is OK."""
+    grouped: dict[tuple, dict] = {}
+    for r in rows:
+        key = (config_key(T.family, r["config"]), r["dtype"])
+        entry = grouped.setdefault(key, {"group": r["source"], "dtype": r["dtype"],
+                                         "config": r["config"], "status": "OK", "detail": "",
+                                         "shapes": []})
+        entry["shapes"].append({"shape": [r["M"], r["N"], r["K"]], "status": r["status"],
+                                "rel_err": r["rel_err"], "log": r["log"]})
+        if r["status"] != "OK" and entry["status"] == "OK":
+            entry["status"] = r["status"]
+            entry["detail"] = f"{r['M']}x{r['N']}x{r['K']}: {r['log']}"
+    return list(grouped.values())
 
 
-def _short(c: dict) -> str:
-    return (f"{c['SCHEDULE'][:4]} {c['BM']}x{c['BN']}x{c['BK']} s{c['STAGES']} sw{c['SWIZZLE']} "
-            f"cl{c['CLUSTER_M']}x{c['CLUSTER_N']} p{c['PERSISTENT']} r{c['RASTER']}{c['GROUP']} "
-            f"k{c['SPLIT_K']} {c['EPILOGUE']}")
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--budget-s", type=float, default=220.0, help="stop starting jobs after this")
-    ap.add_argument("--skip-perf", action="store_true")
-    ap.add_argument("--skip-verify", action="store_true")
-    ap.add_argument("--only-shape", default=None, help="time one shape only, e.g. 4096x4096x4096")
-    ap.add_argument("--sanitize", action="store_true",
-                    help="run a few small configs under compute-sanitizer memcheck and racecheck")
-    args = ap.parse_args()
-    if args.sanitize:
-        return sanitize_main(args)
-    t0 = time.monotonic()
-    deadline = t0 + args.budget_s
-    from tunefw.cuda.compiler import compiler_info
-
-    device = _device_info()
-    print(f"device: {json.dumps(device)}", flush=True)
-
-    jobs = []
-    if not args.skip_verify:
-        for group, config, dtype in correctness_configs():
-            jobs.append({"id": len(jobs), "kind": "verify", "group": group, "config": config,
-                         "dtype": dtype, "shapes": EDGE_SHAPES})
-    perf_jobs = []
-    if not args.skip_perf:
-        for shape, configs in perf_configs().items():
-            if args.only_shape and "x".join(map(str, shape)) != args.only_shape:
-                continue
-            for config in configs:
-                perf_jobs.append({"id": 10000 + len(perf_jobs), "kind": "time", "group": "perf",
-                                  "config": config, "dtype": "bf16", "shape": shape})
-
-    work = Path(tempfile.mkdtemp(prefix="wgmma_gpu_check_"))
-    records = _compile_all(jobs + perf_jobs, work)
-    for job in jobs + perf_jobs:
-        job["compile"] = records[_key(job["config"], job["dtype"])]
-    compile_failures = {k: r for k, r in records.items()
-                        if not r["ok"] or r.get("sass") or r.get("spill_bytes")}
-    print(f"compile: {len(records) - len(compile_failures)} ok, {len(compile_failures)} failed "
-          f"({time.monotonic() - t0:.0f} s)", flush=True)
-    for k, r in compile_failures.items():
-        print(f"  compile failure: {k[:160]}: {(r.get('sass') or r['log'])[-300:]}")
-
-    verify_rows = []
-    for group in ("pingpong", "coop", "split"):
-        group_jobs = [j for j in jobs if j["group"] == group]
-        if group_jobs:
-            print(f"== correctness: {group} ({len(group_jobs)} configs)", flush=True)
-            verify_rows += _run_workers(group_jobs, work, deadline, f"verify_{group}")
-
-    perf_rows = []
-    if perf_jobs:
-        failed = {json.dumps(r["config"], sort_keys=True) for r in verify_rows
-                  if r.get("status") != "OK" and r["dtype"] == "bf16"}
-        todo = [j for j in perf_jobs if json.dumps(j["config"], sort_keys=True) not in failed]
-        skipped = [j for j in perf_jobs if j not in todo]
-        print(f"== speed: {len(todo)} timings, interleaved with cuBLAS ({len(skipped)} skipped: "
-              "config failed its correctness check)", flush=True)
-        perf_rows = _run_workers(todo, work, deadline, "time")
-        for j in skipped:
-            perf_rows.append({**_job_row(j), "status": "SKIPPED",
-                              "detail": "config failed its correctness check"})
-
-    # ---- report ----
-    wrong = [r for r in verify_rows if r.get("status") != "OK"]
-    checked = sum(len(r.get("shapes", [])) for r in verify_rows)
-    print("\n== correctness")
-    for r in verify_rows:
-        mark = "ok " if r.get("status") == "OK" else "BAD"
-        print(f"{mark} {r['group']:<8} {r['dtype']} {_short(r['config'])}  {r.get('detail', '')}")
-    print(f"{len(verify_rows) - len(wrong)} configs ok, {len(wrong)} not ok; {checked} (config, shape, grid) runs")
-
-    print("\n== speed (ratio = tflops / cublas_tflops, cuBLAS interleaved per row)")
-    print(f"{'shape':<18} {'config':<62} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
+def best_and_knobs(perf: list[dict]) -> tuple[dict, dict, dict]:
+    """Per shape the best row by ratio, the best row of each schedule / cluster / epilogue, and
+    per knob value its best fraction of a shape's best over all shapes (>= 0.95 somewhere: the
+    knob value earns its place)."""
     best: dict[str, dict] = {}
-    best_by: dict[str, dict] = {}  # shape -> {"schedule:..."/"cluster:...": row}
-    for r in sorted(perf_rows, key=lambda r: (r["shape"], -(r.get("ratio") or 0))):
-        shape = "x".join(map(str, r["shape"]))
-        if r.get("status") != "OK":
-            print(f"{shape:<18} {_short(r['config']):<62} {'-':>8} {'-':>8} {'-':>6}  "
-                  f"{r.get('status')} {str(r.get('detail', ''))[:120]}")
-            continue
-        print(f"{shape:<18} {_short(r['config']):<62} {r['tflops']:8.1f} {r['cublas_tflops']:8.1f} "
-              f"{r['ratio']:6.3f}")
+    best_by: dict[str, dict] = {}
+    for r in (r for r in perf if r["status"] == "OK"):
+        shape, c = f"{r['M']}x{r['N']}x{r['K']}", r["config"]
         if shape not in best or r["ratio"] > best[shape]["ratio"]:
             best[shape] = r
-        c = r["config"]
         for knob in (f"schedule:{c['SCHEDULE']}", f"cluster:{c['CLUSTER_M']}x{c['CLUSTER_N']}",
                      f"epilogue:{c['EPILOGUE']}"):
             cur = best_by.setdefault(shape, {}).get(knob)
             if cur is None or r["ratio"] > cur["ratio"]:
                 best_by[shape][knob] = r
-    print("\n== best per shape")
-    ratios = []
-    for shape, r in best.items():
-        ratios.append(r["ratio"])
-        print(f"{shape:<18} {r['tflops']:8.1f} TFLOP/s vs cuBLAS {r['cublas_tflops']:8.1f}  "
-              f"ratio {r['ratio']:.3f}  {_short(r['config'])}")
-    if ratios:
-        geo = 1.0
-        for x in ratios:
-            geo *= x
-        geo **= 1.0 / len(ratios)
-        print(f"geomean ratio over {len(ratios)} shapes: {geo:.3f}")
-    print("\n== every knob real: best of each schedule / cluster / epilogue per shape, as a "
-          "fraction of that shape's best (>= 0.95 somewhere = real)")
-    knob_real: dict[str, float] = {}
+    fraction: dict[str, float] = {}
     for shape, by in best_by.items():
-        top = best[shape]["ratio"]
-        cells = []
-        for knob, r in sorted(by.items()):
-            frac = r["ratio"] / top
-            knob_real[knob] = max(knob_real.get(knob, 0.0), frac)
-            cells.append(f"{knob}={frac:.3f}")
-        print(f"{shape:<18} " + "  ".join(cells))
-    print("max over shapes: " + "  ".join(f"{k}={v:.3f}" for k, v in sorted(knob_real.items())))
-    summary = {
-        "script": "benchmarks/wgmma_sm90_gpu_check.py",
-        "date": _dt.date.today().isoformat(),
-        "device": {**device, "compiler": compiler_info().label},
-        "configs_checked": len(verify_rows), "runs_checked": checked, "wrong": len(wrong),
-        "compile_failures": [{"key": k, **{x: v for x, v in rec.items() if x != "cubin"}}
-                             for k, rec in compile_failures.items()],
-        "correctness": verify_rows,
-        "rows": [dict(r, family="wgmma_sm90", M=r["shape"][0], N=r["shape"][1], K=r["shape"][2])
-                 for r in perf_rows],
-        "best": best,
-        "best_by_knob": best_by,
-        "knob_best_fraction": knob_real,
-        "seconds": round(time.monotonic() - t0, 1),
+        for knob, r in by.items():
+            fraction[knob] = max(fraction.get(knob, 0.0), r["ratio"] / best[shape]["ratio"])
+    return best, best_by, fraction
+
+
+def compose(parts: dict, refused: list[dict], failures: dict[str, str],
+            given_commit: str | None, started: float) -> dict:
+    verify, perf = parts.get("verify") or {}, parts.get("perf") or {}
+    configs = per_config(verify.get("rows", []))
+    best, best_by, fraction = best_and_knobs(perf.get("rows", []))
+    wrong = [c for c in configs if c["status"] != "OK"]
+    fingerprint = verify.get("device") or perf.get("device") or {}
+    ratios = [r["ratio"] for r in best.values()]
+    return {
+        "script": SCRIPT, "date": datetime.date.today().isoformat(),
+        "commit": gpu_result.commit(given_commit), "device": gpu_result.device(fingerprint),
+        "configs_checked": len(configs), "runs_checked": len(verify.get("rows", [])),
+        "wrong": len(wrong), "refused_by_check": refused,
+        "compile_failures": [{"kernel": k, "reason": v} for k, v in failures.items()],
+        "correctness": configs, "rows": perf.get("rows", []), "best": best,
+        "best_by_knob": best_by, "knob_best_fraction": fraction,
+        "geomean_ratio": math.prod(ratios) ** (1 / len(ratios)) if ratios else None,
+        "parts": {name: {k: v for k, v in part.items() if k != "rows"}
+                  for name, part in parts.items()},
+        "all_ok": not wrong and not failures and all("error" not in p for p in parts.values()),
+        "seconds": round(time.monotonic() - started, 1),
     }
-    _write("wgmma_sm90_gpu_check.json", summary)
-    print(f"total {time.monotonic() - t0:.0f} s")
-    return 0 if not wrong else 1
 
 
-# ---- compute-sanitizer -----------------------------------------------------------------------------
-def _sanitizer() -> str | None:
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    pats = ["/usr/local/cuda*/bin/compute-sanitizer", "/usr/local/cuda*/compute-sanitizer/compute-sanitizer",
-            "/opt/nvidia/*/compute-sanitizer", str(Path(sys.prefix) / "lib/python3*/site-packages/nvidia/*/bin/compute-sanitizer")]
-    for pat in pats:
-        hits = sorted(glob.glob(pat))
-        if hits:
-            return hits[-1]
-    return None
+def short(c: dict) -> str:
+    return (f"{c['SCHEDULE'][:4]} {c['BM']}x{c['BN']}x{c['BK']} s{c['STAGES']} sw{c['SWIZZLE']} "
+            f"cl{c['CLUSTER_M']}x{c['CLUSTER_N']} p{c['PERSISTENT']} r{c['RASTER']}{c['GROUP']} "
+            f"k{c['SPLIT_K']} {c['EPILOGUE']}")
 
 
-def sanitize_main(args) -> int:
-    t0 = time.monotonic()
-    from tunefw.cuda.compiler import compiler_info
-
-    device = _device_info()
-    tool_path = _sanitizer()
-    print(f"device: {json.dumps(device)}\ncompute-sanitizer: {tool_path}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="wgmma_sanitize_"))
-    jobs = [{"id": i, "kind": "verify", "group": "sanitize", "config": c, "dtype": "bf16",
-             "shapes": [shape], "small_grid_only": True}
-            for i, (c, shape) in enumerate(sanitize_configs())]
-    records = _compile_all(jobs, work)
-    rows = []
-    for job in jobs:
-        job["compile"] = records[_key(job["config"], job["dtype"])]
-        for tool in ("memcheck", "racecheck"):
-            row = {"tool": tool, "config": job["config"], "shape": job["shapes"][0]}
-            if time.monotonic() - t0 > args.budget_s:
-                row.update(status="SKIPPED", errors=None, detail="--budget-s reached")
-                rows.append(row)
-                continue
-            if tool_path is None:
-                row.update(status="NO_SANITIZER", errors=None)
-                rows.append(row)
-                continue
-            job_file = work / f"san_{job['id']}_{tool}.json"
-            out_file = work / f"san_{job['id']}_{tool}.jsonl"
-            job_file.write_text(json.dumps([job]))
-            out_file.write_text("")
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-            base = [tool_path, "--tool", tool, "--print-limit", "20"]
-            tail = [sys.executable, __file__, "--worker", str(job_file), str(out_file)]
-            t1 = time.monotonic()
-            text, rc = "", None
-            for filt in (["--kernel-name", "kns=gemm_wgmma_sm90"], []):  # filter, else everything
-                try:
-                    proc = subprocess.run(base + filt + tail, capture_output=True, text=True,
-                                          env=env, timeout=SANITIZE_TIMEOUT_S)
-                    text, rc = proc.stdout + proc.stderr, proc.returncode
-                except subprocess.TimeoutExpired as exc:
-                    text = f"TIMEOUT after {SANITIZE_TIMEOUT_S} s\n" + str(exc.stdout or "")[-2000:]
-                    rc = None
-                if "ERROR SUMMARY" in text or rc is None:
-                    row["kernel_filter"] = bool(filt)
-                    break
-            m = re.search(r"ERROR SUMMARY:\s*(\d+)\s*error", text)
-            result = None
-            for line in out_file.read_text().splitlines():
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if msg.get("event") == "done":
-                    result = msg["result"]
-            row.update(errors=int(m.group(1)) if m else None, returncode=rc,
-                       seconds=round(time.monotonic() - t1, 1),
-                       verify=(result or {}).get("status"),
-                       status="CLEAN" if m and int(m.group(1)) == 0 and (result or {}).get("status") == "OK"
-                       else ("ERRORS" if m and int(m.group(1)) else "FAILED"),
-                       log_tail=text[-3000:])
-            rows.append(row)
-            print(f"{tool:<10} {row['status']:<7} errors={row['errors']} verify={row.get('verify')} "
-                  f"{row['seconds']:.0f}s  {_short(job['config'])} {job['shapes'][0]}", flush=True)
-            if row["status"] != "CLEAN":
-                print("   " + "\n   ".join(text[-1500:].splitlines()[-25:]))
-    summary = {"script": "benchmarks/wgmma_sm90_gpu_check.py --sanitize",
-               "date": _dt.date.today().isoformat(),
-               "device": {**device, "compiler": compiler_info().label},
-               "sanitizer": tool_path, "rows": rows,
-               "clean": all(r["status"] == "CLEAN" for r in rows),
-               "seconds": round(time.monotonic() - t0, 1)}
-    _write("wgmma_sm90_sanitize.json", summary)
-    print(f"sanitize: {'all clean' if summary['clean'] else 'NOT clean'} ({summary['seconds']:.0f} s)")
-    return 0 if summary["clean"] else 1
-
-
-# ---- worker (child): the GPU work ------------------------------------------------------------------
-class Gpu:
-    def __init__(self) -> None:
-        import torch
-        from cuda.bindings import driver as cu
-
-        self.torch, self.cu = torch, cu
-        torch.cuda.init()
-        torch.zeros(1, device="cuda")
-        self.check(cu.cuInit(0))
-        ctx = self.check(cu.cuCtxGetCurrent())
-        if not int(ctx):
-            dev = self.check(cu.cuDeviceGet(torch.cuda.current_device()))
-            ctx = self.check(cu.cuDevicePrimaryCtxRetain(dev))
-            self.check(cu.cuCtxSetCurrent(ctx))
-        from tunefw.device import spec_for
-
-        p = torch.cuda.get_device_properties(0)
-        self.spec = spec_for(p.name, p.major * 10 + p.minor, p.multi_processor_count,
-                             getattr(p, "shared_memory_per_block_optin", 232448),
-                             getattr(p, "shared_memory_per_multiprocessor", 233472),
-                             getattr(p, "L2_cache_size", 50 * 2**20))
-        self.modules: dict[str, tuple] = {}
-        self.flush_buf = None
-        self.shape_cache: dict = {}  # (shape, dtype, seed) -> (a, b, ref) for the current shape
-
-    def flush(self) -> None:
-        if self.flush_buf is None:
-            self.flush_buf = self.torch.empty(FLUSH_BYTES // 4, dtype=self.torch.float32, device="cuda")
-        self.flush_buf.zero_()
-
-    def check(self, res):
-        cu = self.cu
-        err = res[0] if isinstance(res, tuple) else res
-        if err != cu.CUresult.CUDA_SUCCESS:
-            name = cu.cuGetErrorName(err)[1]
-            raise RuntimeError(f"CUDA driver error {name.decode() if isinstance(name, bytes) else name}")
-        if isinstance(res, tuple):
-            return res[1] if len(res) == 2 else res[1:]
-        return None
-
-    def function(self, rec: dict, smem: int):
-        if rec["cubin"] not in self.modules:
-            mod = self.check(self.cu.cuModuleLoadData(Path(rec["cubin"]).read_bytes()))
-            fn = self.check(self.cu.cuModuleGetFunction(mod, rec["lowered"].encode()))
-            self.check(self.cu.cuFuncSetAttribute(
-                fn, self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
-            self.modules[rec["cubin"]] = (mod, fn)
-        return self.modules[rec["cubin"]][1]
-
-    def launch_config(self, launch, stream: int):
-        cu = self.cu
-        lc = cu.CUlaunchConfig()
-        lc.gridDimX, lc.gridDimY, lc.gridDimZ = launch.grid
-        lc.blockDimX, lc.blockDimY, lc.blockDimZ = launch.block
-        lc.sharedMemBytes = launch.smem_bytes
-        lc.hStream = cu.CUstream(stream)
-        if launch.cluster != (1, 1, 1):
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = launch.cluster
-            lc.attrs = [attr]
-            lc.numAttrs = 1
-        else:
-            lc.numAttrs = 0
-        return lc
-
-    def inputs(self, shape, dtype: str, seed: int, want_ref: bool):
-        """A, B (and the fp32 reference) for a shape; only the latest shape is kept."""
-        from tunefw.evaluate.method import make_inputs, reference
-
-        key = (tuple(shape), dtype, seed)
-        if key not in self.shape_cache:
-            self.shape_cache.clear()
-            M, N, K = shape
-            a, b = make_inputs(M, N, K, dtype, seed, device="cuda")
-            self.shape_cache[key] = {"a": a, "b": b}
-        entry = self.shape_cache[key]
-        if want_ref and "ref" not in entry:
-            entry["ref"] = reference(entry["a"], entry["b"])
-            entry["base"] = self.torch.matmul(entry["a"], entry["b"].T)
-        return entry
-
-    def prepare(self, job: dict, shape, seed: int, small_grid: int | None = None):
-        """Output, workspace and a launch closure for one (config, shape); small_grid: run a
-        persistent config on that many clusters instead of one per SM."""
-        torch = self.torch
-        from tunefw.evaluate.method import TORCH_DTYPE
-
-        M, N, K = shape
-        problem = GemmProblem(M, N, K, job["dtype"])
-        config = job["config"]
-        reason = T.check(config, problem, self.spec)
-        if reason:
-            return None, reason
-        launch = T.launch(config, problem, self.spec)
-        if small_grid:
-            clusters = max(1, min(small_grid, launch.extra["clusters"]))
-            launch = dataclasses.replace(
-                launch, grid=(config["CLUSTER_M"] * clusters, config["CLUSTER_N"], 1))
-        data = self.inputs(shape, job["dtype"], seed, want_ref=False)
-        a, b = data["a"], data["b"]
-        c = torch.empty(M, N, dtype=TORCH_DTYPE[job["dtype"]], device="cuda")
-        ws = torch.zeros(max(1, launch.workspace_bytes // 4), dtype=torch.float32, device="cuda")
-        fn = self.function(job["compile"], launch.smem_bytes)
-        args = T.kernel_args(config, problem, {"a": a.data_ptr(), "b": b.data_ptr(),
-                                               "c": c.data_ptr(), "workspace": ws.data_ptr()})
-        params = (tuple(v for v, _ in args), tuple(t for _, t in args))
-        stream = torch.cuda.current_stream().cuda_stream
-        lc = self.launch_config(launch, stream)
-
-        def run():
-            self.check(self.cu.cuLaunchKernelEx(lc, fn, params, 0))
-
-        return {"data": data, "c": c, "ws": ws, "run": run, "launch": launch, "fn": fn,
-                "lc": lc, "args": args}, None
-
-
-def worker(job_file: str, out_file: str) -> int:
-    jobs = json.loads(Path(job_file).read_text())
-    out = open(out_file, "a", buffering=1)
-
-    def emit(**msg):
-        out.write(json.dumps(msg, default=str) + "\n")
-        out.flush()
-
-    gpu = Gpu()
-    torch = gpu.torch
-    from tunefw.evaluate.method import verify
-
-    for job in jobs:
-        emit(event="start", id=job["id"], timeout=JOB_TIMEOUT_S)
-        row = _job_row(job)
-        rec = job["compile"]
-        if not rec["ok"] or rec.get("sass") or rec.get("spill_bytes"):
-            row.update(status="COMPILE_ERROR",
-                       detail=(rec.get("sass") or rec["log"] or f"spills {rec.get('spill_bytes')} bytes")[-400:])
-            emit(event="done", id=job["id"], result=row)
+def print_table(result: dict) -> None:
+    print("== correctness")
+    for c in result["correctness"]:
+        mark = "ok " if c["status"] == "OK" else "BAD"
+        print(f"{mark} {c['group']:<8} {c['dtype']} {short(c['config'])}  {c['detail'][:160]}")
+    for f in result["compile_failures"]:
+        print(f"BAD compile {f['kernel'][:100]}: {f['reason'][:160]}")
+    for name, part in result["parts"].items():
+        if "error" in part:
+            print(f"part {name} failed: {part['error']}")
+    print(f"{result['configs_checked'] - result['wrong']} configs ok, {result['wrong']} not ok; "
+          f"{result['runs_checked']} (config, shape) jobs")
+    print("\n== speed (ratio = tflops / cublas_tflops, cuBLAS interleaved per row)")
+    print(f"{'shape':<18} {'config':<62} {'TFLOP/s':>8} {'cuBLAS':>8} {'ratio':>6}")
+    for r in sorted(result["rows"], key=lambda r: ((r["M"], r["N"], r["K"]), -(r["ratio"] or 0))):
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        if r["status"] != "OK":
+            print(f"{shape:<18} {short(r['config']):<62} {r['status']} {r['log'][:100]}")
             continue
-        try:
-            if job["kind"] == "verify":
-                row.update(_verify_job(gpu, job, verify))
-            else:
-                row.update(_time_job(gpu, job, verify))
-        except Exception as exc:  # noqa: BLE001
-            row.update(status="RUNTIME_CRASH", detail=f"{type(exc).__name__}: {exc}"[:500])
-            emit(event="done", id=job["id"], result=row)
-            return 3  # the context may be poisoned: let the parent start a fresh worker
-        emit(event="done", id=job["id"], result=row)
-    torch.cuda.synchronize()
-    return 0
+        print(f"{shape:<18} {short(r['config']):<62} {r['tflops']:8.1f} {r['cublas_tflops']:8.1f} "
+              f"{r['ratio']:6.3f}")
+    fractions = "  ".join(f"{k}={v:.3f}" for k, v in sorted(result["knob_best_fraction"].items()))
+    print(f"knob values' best fraction of a shape's best: {fractions}")
+    geomean = result["geomean_ratio"]
+    print(f"geomean of the best ratios: {geomean:.3f}" if geomean else "no timing")
+    print(f"all ok: {result['all_ok']} ({result['device'].get('name')}, {result['seconds']} s)")
 
 
-def _verify_job(gpu: Gpu, job: dict, verify) -> dict:
-    torch = gpu.torch
-    shapes_out = []
-    status, detail = "OK", ""
-    grids = [None]
-    if job["config"]["PERSISTENT"]:
-        grids = [SMALL_GRID_CLUSTERS] if job.get("small_grid_only") else [None, SMALL_GRID_CLUSTERS]
-    for i, shape in enumerate(job["shapes"]):
-        seed = 1000 + 17 * i + job["id"]
-        for small in grids:
-            prep, reason = gpu.prepare(job, shape, seed=seed, small_grid=small)
-            if prep is None:
-                shapes_out.append({"shape": shape, "status": "INVALID", "reason": reason})
-                break
-            data = gpu.inputs(shape, job["dtype"], seed, want_ref=True)
-            outs, verdicts = [], []
-            for _ in range(2):
-                prep["c"].fill_(float("nan"))
-                prep["run"]()
-                torch.cuda.synchronize()
-                outs.append(prep["c"].clone())
-                verdicts.append(verify(prep["c"], data["ref"], job["dtype"], baseline=data["base"]))
-            same = bool(torch.equal(outs[0], outs[1]))
-            ok = all(v.ok for v in verdicts) and same
-            entry = {"shape": shape, "status": "OK" if ok else "WRONG_ANSWER",
-                     "rel_err": max(v.rel_err for v in verdicts), "grid": prep["launch"].grid,
-                     "small_grid": bool(small)}
-            if not ok:
-                entry["reason"] = "; ".join(v.reason for v in verdicts if not v.ok) or \
-                    "the two launches differ (nondeterministic or racy)"
-                if status == "OK":
-                    status, detail = "WRONG_ANSWER", f"{shape} grid {entry['grid']}: {entry['reason']}"
-            shapes_out.append(entry)
-    return {"status": status, "detail": detail, "shapes": shapes_out,
-            "regs": job["compile"]["regs"], "spill_bytes": job["compile"]["spill_bytes"]}
+def sanitize_main(given_commit: str | None, out: Path | None) -> int:
+    """Each sanitizer over the sanitize jobs, as `tunefw verify --sanitize` runs them."""
+    from tunefw.measure import sanitize
+
+    started, cache = time.monotonic(), tempfile.mkdtemp(prefix="wgmma-sanitize-")
+    jobs = sanitize_jobs()
+    runs = [sanitize.run_tool(tool, jobs, cache, timeout_s=SANITIZE_TIMEOUT_S)
+            for tool in sanitize.TOOLS]
+    result = {"script": f"{SCRIPT} --sanitize", "date": datetime.date.today().isoformat(),
+              "commit": gpu_result.commit(given_commit), "jobs": [j.as_dict() for j in jobs],
+              "tools": runs, "clean": all(r["clean"] and r["all_ok"] for r in runs),
+              "seconds": round(time.monotonic() - started, 1)}
+    gpu_result.write(result, gpu_result.out_path("wgmma_sm90_sanitize.json", out))
+    for r in runs:
+        print(f"{r['tool']:<10} {sanitize.verdict(r):<40} errors={r['errors']} {r['statuses']}")
+    print(f"sanitize: {'all clean' if result['clean'] else 'NOT clean'} ({result['seconds']} s)")
+    return 0 if result["clean"] else 1
 
 
-def _time_job(gpu: Gpu, job: dict, verify) -> dict:
-    """Verify at the timed shape, then time interleaved with cuBLAS (A B A B ..., each flushed)."""
-    torch = gpu.torch
-    from tunefw.evaluate.method import interleaved
-
-    shape = tuple(job["shape"])
-    prep, reason = gpu.prepare(job, shape, seed=7)
-    if prep is None:
-        return {"status": "INVALID", "detail": reason}
-    M, N, K = shape
-    flops = 2.0 * M * N * K
-    data = gpu.inputs(shape, job["dtype"], 7, want_ref=True)
-    prep["c"].fill_(float("nan"))
-    prep["run"]()
-    torch.cuda.synchronize()
-    v = verify(prep["c"], data["ref"], job["dtype"], baseline=data["base"])
-    if not v.ok:
-        return {"status": "WRONG_ANSWER", "detail": v.reason}
-    a, b = data["a"], data["b"]
-    cout = torch.empty(M, N, dtype=a.dtype, device="cuda")
-    bt = b.T
-
-    def cublas():
-        torch.mm(a, bt, out=cout)
-
-    ours, theirs = interleaved(prep["run"], cublas, gpu.flush, torch.cuda.synchronize,
-                               min_launches=TIME_MIN_LAUNCHES, min_ms=TIME_MIN_MS)
-    ms, cub_ms = ours.median_ms, theirs.median_ms
-    tflops = flops / ms / 1e9
-    cub = flops / cub_ms / 1e9
-    ratio = tflops / cub
-    extra = {}
-    launch = prep["launch"]
-    if launch.cluster != (1, 1, 1):
-        try:
-            extra["max_active_clusters"] = int(gpu.check(gpu.cu.cuOccupancyMaxActiveClusters(prep["fn"], prep["lc"])))
-        except Exception as exc:  # noqa: BLE001
-            extra["max_active_clusters"] = repr(exc)
-    return {"status": "OK", "tflops": round(tflops, 1), "cublas_tflops": round(cub, 1),
-            "ratio": round(ratio, 4), "median_ms": round(ms, 5), "min_ms": round(ours.min_ms, 5),
-            "iqr_ms": round(ours.iqr_ms, 5), "samples": ours.samples,
-            "cublas_ms": round(cub_ms, 5), "cublas_min_ms": round(theirs.min_ms, 5),
-            "grid": launch.grid, "work_items": launch.extra.get("work_items"),
-            "rel_err": v.rel_err, **extra}
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-perf", action="store_true")
+    ap.add_argument("--skip-verify", action="store_true")
+    ap.add_argument("--only-shape", default=None, help="time one shape only, e.g. 4096x4096x4096")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="verify a few small configs under compute-sanitizer memcheck and racecheck")
+    ap.add_argument("--commit", help="the commit, where the tree has no git metadata")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--dry-run", action="store_true", help="print the plan (no GPU)")
+    args = ap.parse_args(argv)
+    if args.sanitize:
+        return sanitize_main(args.commit, args.out)
+    device = H200
+    if not args.dry_run:
+        from tunefw.cuda.driver import local_spec
+        device = local_spec(0)
+    verify_jobs, refused = plan_verify(device) if not args.skip_verify else ([], [])
+    perf_jobs = plan_perf(device, args.only_shape) if not args.skip_perf else []
+    print(f"{len(verify_jobs)} correctness jobs ({len(refused)} pairs refused by check()), "
+          f"{len(perf_jobs)} timed jobs on {device.name}", flush=True)
+    if args.dry_run:
+        return 0
+    started, cache = time.monotonic(), tempfile.mkdtemp(prefix="wgmma-check-")
+    failures = sass_failures(verify_jobs + perf_jobs, device.arch, cache)
+    parts = {}
+    if verify_jobs:
+        parts["verify"] = gpu_result.guarded(lambda: run_verify(
+            runnable(verify_jobs, failures), cache, timeout_s=JOB_TIMEOUT_S))
+    wrong = {(config_key(T.family, c["config"]), c["dtype"])
+             for c in per_config(parts.get("verify", {}).get("rows", [])) if c["status"] != "OK"}
+    perf_jobs = [j for j in runnable(perf_jobs, failures)  # a config wrong somewhere is not timed
+                 if (config_key(T.family, j.config), j.problem.dtype) not in wrong]
+    if perf_jobs:
+        parts["perf"] = gpu_result.guarded(lambda: run_verify(
+            perf_jobs, cache, timeout_s=JOB_TIMEOUT_S, timed=True))
+    result = compose(parts, refused, failures, args.commit, started)
+    gpu_result.write(result, gpu_result.out_path("wgmma_sm90_gpu_check.json", args.out))
+    print_table(result)
+    return 0 if result["all_ok"] else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "--worker":
-        sys.exit(worker(sys.argv[2], sys.argv[3]))
     sys.exit(main())

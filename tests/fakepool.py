@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from tunefw.cuda.compiler import CompileResult
 from tunefw.device import H200
+from tunefw.evaluate.protocol import Evaluator
 from tunefw.evaluate.sim import SimEvaluator
 from tunefw.outcome import Outcome, Status
 from tunefw.store import queries as q
@@ -26,7 +27,7 @@ class FakePool(WorkerPool):
     """``workers`` simulated workers; ``dies(job, first_seen_index)`` kills the worker."""
 
     def __init__(self, workers: int = 2, dies: Callable[[Job, int], bool] | None = None,
-                 stop_after: int | None = None, evaluator: Any = None) -> None:
+                 stop_after: int | None = None, evaluator: Evaluator | None = None) -> None:
         """``evaluator``: what the workers run (default the simulator, no trial time)."""
         self.evaluator = evaluator or SimEvaluator(SimSettings(trial_seconds=0.0))
         self.infos = [{"gpu": f"fake{i}", "pid": 0, "device": self.evaluator.device_spec(),

@@ -3,28 +3,13 @@ samples as ``rng.sample(list(family.iter_space()), k)`` and ``rng.shuffle(list(.
 building millions of dicts (a listed wgmma_sm90 space and a full check() pass took a minute)."""
 from __future__ import annotations
 
-import math
 import random
 from typing import Iterator
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import KernelTemplate
-
-
-def space_size(family: KernelTemplate) -> int:
-    """How many points ``family.iter_space()`` yields."""
-    return math.prod(len(p.values) for p in family.params)
-
-
-def space_point(family: KernelTemplate, index: int) -> dict:
-    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
-    parameter changes fastest)."""
-    values = []
-    for p in reversed(family.params):
-        index, digit = divmod(index, len(p.values))
-        values.append(p.values[digit])
-    return dict(zip(family.param_names, reversed(values)))
+from tunefw.tune.space import space_point, space_size
 
 
 def sample_space(family: KernelTemplate, rng: random.Random, k: int) -> list[dict]:

@@ -1,17 +1,27 @@
-"""The package's shape: no import cycle among tunefw modules, no module over the line limit, and
-every import goes down the layers (a layer uses the ones below it, never one above)."""
+"""The package's shape: no import cycle among tunefw modules, no module over the line limit,
+every import goes down the layers (a layer uses the ones below it, never one above), only the
+shared core outside a folder, and CUDA driver calls in tunefw/cuda/ alone."""
 from __future__ import annotations
 
 import ast
+import re
 
 from conftest import REPO
 
 PACKAGE = REPO / "tunefw"
 MAX_LINES = 400
-# Lowest first. The top-level modules not in a folder are the vocabulary every layer shares.
+# The modules outside a folder: the shared core, each used by layers that sit in different
+# folders, so it can live in none of them.
+SHARED_CORE = (
+    "tunefw.errors",   # UserError: raised in every layer, one line at the command line
+    "tunefw.problem",  # GemmProblem: kernel checks, rows, evaluators, dispatch, CLI
+    "tunefw.device",   # DeviceSpec: templates' checks (below tunefw/cuda/, which fills it), runtime
+    "tunefw.outcome",  # Status, Outcome, TrialSpec: made by cuda/ and evaluate/, stored by store/
+    "tunefw.framing",  # helper processes' pipe protocol: cuda/'s compilers, tune/'s sampler host
+)
+# Lowest first.
 LAYERS = [
-    ("vocabulary", ("tunefw.errors", "tunefw.fileio", "tunefw.framing", "tunefw.problem",
-                    "tunefw.device", "tunefw.outcome")),
+    ("shared core", SHARED_CORE),
     ("database", ("tunefw.store",)),  # rows and queries: no study file, no search
     ("kernel families", ("tunefw.templates",)),
     ("CUDA compiler and driver", ("tunefw.cuda", "tunefw.cuda.compiler")),
@@ -101,3 +111,22 @@ def test_every_module_has_a_layer_and_imports_only_its_own_and_lower_ones():
                     for d in deps if _layer(d) > _layer(m))
     assert upward == []
 
+
+
+def test_only_the_shared_core_lies_outside_a_folder():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert [f"tunefw.{m}" for m in top] == sorted(SHARED_CORE)
+
+
+# Modules that may call cuda.bindings' driver API besides tunefw/cuda/: the runtime's hot launch
+# (plan.py: cuLaunchKernel without a Python layer between) and wgmma_sm90's TMA descriptors (its
+# kernel arguments are CUtensorMaps).
+DRIVER_OUTSIDE_CUDA = {"tunefw/runtime/plan.py", "tunefw/templates/wgmma_sm90.py"}
+_BINDINGS = re.compile(r"^\s*(from cuda\.bindings\b|from cuda import|import cuda\.bindings)", re.M)
+
+
+def test_cuda_driver_code_lives_in_tunefw_cuda_and_no_script_has_its_own():
+    users = {str(p.relative_to(REPO)) for folder in ("tunefw", "benchmarks")
+             for p in (REPO / folder).rglob("*.py") if _BINDINGS.search(p.read_text())}
+    outside = {u for u in users if not u.startswith("tunefw/cuda/")}
+    assert outside == DRIVER_OUTSIDE_CUDA

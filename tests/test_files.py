@@ -13,7 +13,7 @@ import pytest
 
 from tunefw.cli.app import run
 from tunefw.errors import UserError
-from tunefw.fileio import write_atomic
+from tunefw.export.files import write_atomic
 from tunefw.store import open_store, upgrade_store
 
 from conftest import cli_in_process as _cli, one_line_error as _one_line, REPO

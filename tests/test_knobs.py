@@ -143,10 +143,10 @@ def test_a_familys_own_header_changes_its_hash(sources):
 
 
 def test_the_cubin_cache_key_is_the_family_source_hash(sources, tmp_path):
-    from tunefw.cuda.compiler import _prepare
+    from tunefw.cuda.compiler import prepare_compile
 
     def key(template, root):
-        return _prepare(template, template.default_config(), "bf16", "sm_90a", root,
+        return prepare_compile(template, template.default_config(), "bf16", "sm_90a", root,
                         tmp_path / "cache", 60).key
 
     wgmma_key, mma_key = key(WGMMA, sources), key(MMA, sources)

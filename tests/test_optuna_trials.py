@@ -21,7 +21,7 @@ from tunefw.templates import get_family
 from tunefw.tune.pipeline import ProblemState
 from tunefw.tune.recorder import Row
 from tunefw.tune.search import ProblemSearch
-from tunefw.tune.sweep import _guard_round, storage_for
+from tunefw.tune.sweep import guard_round, storage_for
 
 WGMMA = get_family("wgmma_sm90")
 OUTCOMES = [Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0),
@@ -123,8 +123,8 @@ def test_a_round_stored_under_the_old_space_hash_asks_for_new_round(store):
         study.fingerprint = fingerprint
         study.space_hashes = {"wgmma_sm90": "0123456789abcdef"}  # hashed without the encoding
         with pytest.raises(UserError, match="space changed .* pass --new-round"):
-            _guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=False)
-        _guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=True)
+            guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=False)
+        guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=True)
         assert study.round == 1 and study.space_hashes == {"wgmma_sm90": WGMMA.space_hash()}
 
 

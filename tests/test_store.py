@@ -7,7 +7,7 @@ from sqlalchemy import create_engine
 from tunefw.errors import UserError
 from tunefw.store import open_store, upgrade_store
 from tunefw.store import queries as q
-from tunefw.store.session import _alembic_config, current_revision, head_revision
+from tunefw.store.session import alembic_config, current_revision, head_revision
 from tunefw.study.spec import parse_study
 
 
@@ -55,7 +55,7 @@ def test_older_schema_is_refused_then_upgraded(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = create_engine(url)
     with engine.begin() as conn:  # a database made by the first release (revision 0001)
-        command.upgrade(_alembic_config(engine, conn), "0001")
+        command.upgrade(alembic_config(engine, conn), "0001")
     engine.dispose()
     with pytest.raises(UserError) as exc:
         open_store(url)

@@ -292,11 +292,11 @@ def test_a_first_release_database_upgrades_with_its_rows(store_url: str) -> None
     from alembic import command
     from sqlalchemy import create_engine
 
-    from tunefw.store.session import _alembic_config
+    from tunefw.store.session import alembic_config
 
     engine = create_engine(store_url)
     with engine.begin() as conn:
-        command.upgrade(_alembic_config(engine, conn), "0001")
+        command.upgrade(alembic_config(engine, conn), "0001")
         # Rows as the first release wrote them: ids from the database, not given.
         study_id = conn.execute(text(
             "INSERT INTO tunefw_study (name, created_at, spec, round) VALUES "

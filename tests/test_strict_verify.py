@@ -1,5 +1,6 @@
 """Strict verification on the CPU: fake kernels (torch ops on CPU tensors) that write outside C,
-into their inputs, differently on a second launch, or wrongly on a small grid, each caught."""
+into or around their inputs, read past an input, differ on a second launch, or are wrong on a
+small grid, each caught."""
 from __future__ import annotations
 
 import torch
@@ -30,6 +31,12 @@ def kernel(ops: Operands, out: GuardedOutput, *, flaw: str = "", calls: list | N
             out.full[GUARD_ELEMS - 1] = 0.0
         if flaw == "into_a":
             ops.a[0, 0] = 7.0
+        if flaw == "after_b":
+            ops.bands[1].full[GUARD_ELEMS + N * K] = 0.0
+        if flaw == "before_a":
+            ops.bands[0].full[GUARD_ELEMS - 2] = 1.0
+        if flaw == "reads_past_b":  # a masked load one element past B's end, times a zero mask
+            out.c[:, -1] += (0.0 * ops.bands[1].full[GUARD_ELEMS + N * K].float()).to(torch.bfloat16)
         if flaw == "second_differs" and len(calls) == 3:  # throw-away, verified, then this one
             out.c[5, 6] = out.c[5, 6] * (1 + 2**-7)
         if flaw == "unwritten":
@@ -110,3 +117,32 @@ def test_a_split_k_counter_left_dirty_is_caught():
     verdict = strict_verify(run, lambda: None, out, ops, "bf16")
     assert int(counter) == 2 * splits  # the throw-away and the verified launch, no more
     assert not verdict.ok and verdict.reason.startswith(f"{M * N} non-finite elements")
+
+
+def test_a_kernel_that_writes_around_its_inputs_is_caught_and_the_band_restored():
+    for flaw, name, side, offset in (("after_b", "B", "after", N * K),
+                                     ("before_a", "A", "before", -2)):
+        ops, out = setup()
+        verdict = strict_verify(kernel(ops, out, flaw=flaw), lambda: None, out, ops, "bf16")
+        assert not verdict.ok
+        assert verdict.reason == (f"wrote outside {name}: 1 element(s) of the guard band {side} "
+                                  f"{name}, first at offset {offset} from {name}'s start")
+        assert ops.changed() is None  # the band holds the sentinel again
+    assert strict_verify(kernel(ops, out), lambda: None, out, ops, "bf16").ok
+
+
+def test_a_read_past_an_input_that_reaches_the_math_is_caught():
+    ops, out = setup()
+    verdict = strict_verify(kernel(ops, out, flaw="reads_past_b"), lambda: None, out, ops, "bf16")
+    assert not verdict.ok
+    assert verdict.reason == f"{M} non-finite elements (unwritten or NaN), first at (0, {N - 1})"
+
+
+def test_the_operands_are_views_inside_their_bands_with_the_values_given():
+    a, b = method.make_inputs(M, N, K, "fp16", seed=5)
+    ops = Operands(a, b, a.clone(), b.clone(), method.reference(a, b), a @ b.T)
+    for band, given in zip(ops.bands, (a, b)):
+        assert band.inner.data_ptr() - band.full.data_ptr() == 2 * GUARD_ELEMS
+        assert torch.equal(band.inner, given) and band.inner.data_ptr() != given.data_ptr()
+        assert torch.isnan(band.full[:GUARD_ELEMS]).all() and torch.isnan(band.full[-GUARD_ELEMS:]).all()
+    assert ops.a.data_ptr() == ops.bands[0].inner.data_ptr() and ops.b.is_contiguous()

@@ -10,7 +10,8 @@ from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.export.table import render
-from tunefw.measure.verify import EDGE_SHAPES, parse_shapes, plan, run_verify
+from tunefw.measure.verify import (EDGE_SHAPES, compile_all, parse_shapes, plan, result_row,
+                                   run_verify)
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.templates import get_family
@@ -105,3 +106,28 @@ def test_each_fault_kernel_ends_as_expected_under_verify():
                 families=extra)
     result = run_verify(jobs, timeout_s=5.0, families=extra)
     assert {r["config"]["fault"]: r["status"] for r in result["rows"]} == EXPECTED
+
+
+def test_every_distinct_kernel_is_compiled_once_ahead_of_the_worker(tmp_path):
+    extra = load_family_module(FAULT_FILE)
+    shapes = [GemmProblem(64, 64, 64), GemmProblem(17, 24, 40)]
+    jobs = plan("fault", shapes, sample=2, seed=0, families=extra)
+    jobs += plan("fault", [GemmProblem(64, 64, 64, "fp16")], sample=1, seed=0, families=extra)
+    compiled = compile_all(jobs, "sm_80", str(tmp_path), families=extra)
+    fault = extra.get("fault")
+    assert sorted(compiled) == sorted({f"fault {fault.name_expression(j.config, j.problem.dtype)}"
+                                       for j in jobs})
+    assert all(r.ok and not r.cached for r in compiled.values())
+    again = compile_all(jobs, "sm_80", str(tmp_path), families=extra)  # what the worker finds
+    assert all(r.cached for r in again.values())
+
+
+def test_a_timed_row_carries_the_screen_and_its_ratio():
+    job = plan("skinny_sm90", [GemmProblem(1, 4096, 4096)], sample=1, seed=0)[0]
+    outcome = {"status": "OK", "log": "screened 10 launches", "rel_err": 1e-3, "tflops": 30.0,
+               "cublas_tflops": 24.0, "median_ms": 0.0011, "min_ms": 0.001, "iqr_ms": 1e-5,
+               "cublas_median_ms": 0.0014}
+    row = result_row(job, outcome, timed=True)
+    assert row["ratio"] == 1.25 and row["tflops"] == 30.0 and row["M"] == 1
+    assert "ratio" not in result_row(job, outcome)
+    assert result_row(job, {"status": "WRONG_ANSWER", "log": None}, timed=True)["ratio"] is None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from faults.fault_family import EXPECTED, FAULTS
 from tunefw.export.table import render
+from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.templates import get_family
 
@@ -71,15 +72,16 @@ def test_tables_are_planned_per_file_and_an_unreadable_one_is_skipped(tmp_path):
 def test_a_failed_part_fails_its_point_and_the_others_stand():
     def broken() -> dict:
         raise RuntimeError("the GPU worker process did not start")
-    parts = {"faults": script.guarded(lambda: script.judge_faults(_fault_result())),
-             "tables": script.guarded(broken),
-             "sweep": script.guarded(lambda: {"trials_per_s": 7.5, "gpu_busy": {"0": 0.97},
-                                              "trials": 300, "wrong": 0})}
+    guarded = script.gpu_result.guarded
+    parts = {"faults": guarded(lambda: script.judge_faults(_fault_result())),
+             "tables": guarded(broken),
+             "sweep": guarded(lambda: {"trials_per_s": 7.5, "gpu_busy": {"0": 0.97},
+                                       "trials": 300, "wrong": 0})}
     assert parts["tables"]["error"] == "RuntimeError: the GPU worker process did not start"
     result = script.compose(parts, "abc123", 0.0)
     summary = result["summary"]
-    assert [summary[p]["pass"] for p in ("faults_caught", "winners_pass", "sweep_rate")] == [
-        True, False, True]
+    assert [summary[p]["pass"] for p in ("faults_caught", "winners_pass", "runtime_first_use",
+                                         "sweep_rate")] == [True, False, False, True]
     assert summary["all_pass"] is False and result["commit"] == "abc123"
     assert result["device"]["name"] == "NVIDIA H200" and result["device"]["sm_clock_mhz"] == 1980
     slow = script.summarize({**parts, "sweep": {"trials_per_s": 4.9}})
@@ -91,4 +93,18 @@ def test_the_dry_run_prints_the_plan(capsys, tmp_path):
     assert script.main(["--dry-run", "--tables", str(_table(tmp_path)), "--table-shapes", ""]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert sorted(planned["faults"]) == sorted(FAULTS) and planned["table_jobs"] == 1
+    assert planned["runtime_shapes"] == 1
     assert planned["study"] == {"name": "throughput_4096", "trials": 300}
+
+
+def test_the_runtime_part_lists_the_shapes_a_table_sends_to_a_kernel_and_judges_them(tmp_path):
+    path = _table(tmp_path)
+    edge = [GemmProblem(1, 4096, 4096), GemmProblem(4096, 4096, 4096), GemmProblem(2, 4096, 4096)]
+    shapes = script.runtime_shapes(path, edge)
+    assert shapes[0] == GemmProblem(1, 4096, 4096) and GemmProblem(4096, 4096, 4096) not in shapes
+    rows = [{"table": "t", "shape": "1x4096x4096:bf16:TN", "verified": True},
+            {"table": "t", "shape": "2x4096x4096:bf16:TN", "verified": False,
+             "reason": "the kernel ... failed strict verification on this shape (x)"}]
+    judged = script.judge_runtime(rows)
+    assert judged["checked"] == 2 and not judged["all_pass"] and judged["failures"] == rows[1:]
+    assert script.judge_runtime(rows[:1])["all_pass"] and not script.judge_runtime([])["all_pass"]

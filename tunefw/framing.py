@@ -1,5 +1,12 @@
 """Length-prefixed pickle frames over a pipe: how the driver talks to its helper processes
-(compiler workers, the sampler host); and the PYTHONPATH those (and Ray's workers) start with."""
+(compiler workers, the sampler host); and the PYTHONPATH those (and Ray's workers) start with.
+
+These helpers are started with subprocess (start_new_session), not multiprocessing: each must
+own a process group from its first instruction, so that a kill at a compile's deadline takes
+nvcc's children with it and a terminal's Ctrl-C reaches the driver alone; a multiprocessing
+child starts in the caller's group (and spawns 60 ms slower: 0.18 against 0.11 s here), and
+multiprocessing.connection's Pipe joins only the children multiprocessing starts. The GPU
+worker of `tunefw verify` (evaluate/isolated.py), which needs neither, is a Pipe with poll()."""
 from __future__ import annotations
 
 import os

@@ -15,14 +15,15 @@ from tunefw.templates.base import Config, KernelTemplate, Launch, Param, Resourc
 
 FAULT_DIR = Path(__file__).resolve().parent
 FAULTS = ("none", "oob_write", "endless_loop", "wrong_result", "unwritten", "too_much_smem", "spill",
-          "outside_c", "writes_input", "first_launch_only", "nondeterministic", "splitk_dirty")
+          "outside_c", "writes_input", "first_launch_only", "nondeterministic", "splitk_dirty",
+          "reads_past_b")
 # What the evaluator and strict verification (tunefw/evaluate/strict.py) make of each fault.
 EXPECTED = {"none": "OK", "oob_write": "RUNTIME_CRASH", "endless_loop": "TIMEOUT",
             "wrong_result": "WRONG_ANSWER", "unwritten": "WRONG_ANSWER",
             "too_much_smem": "OUT_OF_RESOURCES", "spill": "OK",
             "outside_c": "WRONG_ANSWER", "writes_input": "WRONG_ANSWER",
             "first_launch_only": "WRONG_ANSWER", "nondeterministic": "WRONG_ANSWER",
-            "splitk_dirty": "WRONG_ANSWER"}
+            "splitk_dirty": "WRONG_ANSWER", "reads_past_b": "WRONG_ANSWER"}
 COUNTER_BYTES = 256  # first_launch_only's launch counter (never reset); splitk_dirty's counters
 SPLITS = 4  # splitk_dirty: CTAs per tile of C, each over a quarter of K
 DTYPE_CODE = {"bf16": 0, "fp16": 1}

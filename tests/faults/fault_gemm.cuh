@@ -9,7 +9,7 @@ namespace faults {
 enum : int {
   NONE = 0, OOB_WRITE = 1, ENDLESS_LOOP = 2, WRONG_RESULT = 3, UNWRITTEN = 4,
   TOO_MUCH_SMEM = 5, SPILL = 6, OUTSIDE_C = 7, WRITES_INPUT = 8, FIRST_LAUNCH_ONLY = 9,
-  NONDETERMINISTIC = 10, SPLITK_DIRTY = 11,
+  NONDETERMINISTIC = 10, SPLITK_DIRTY = 11, READS_PAST_B = 12,
 };
 
 __device__ __forceinline__ long long clock_now() {
@@ -101,6 +101,9 @@ fault_gemm(const unsigned short* __restrict__ a, const unsigned short* __restric
     *slot = acc;
     acc = *slot;
   }
+  // A masked load one element past B's end, times a zero mask: right while the memory after B
+  // holds finite values, NaN where it holds a NaN (strict verification's guard band).
+  if (FAULT == READS_PAST_B && n == N - 1) acc += 0.f * to_float<DT>(b[(size_t)N * K]);
   if (FAULT == WRONG_RESULT && m == 7) acc *= 1.1f;  // one row off by 10%: the per-row check
   if (FAULT == UNWRITTEN && n >= N - 8) return;        // last 8 columns keep their NaN
   // Right on the first launch after the workspace is zeroed, wrong on every later one: the

@@ -49,7 +49,7 @@ def dispatch_calibrate(
     from tunefw.errors import UserError
     from tunefw.export import calibrate as cal
     from tunefw.export.table import render
-    from tunefw.fileio import write_atomic
+    from tunefw.export.files import write_atomic
     from tunefw.runtime.dispatch import load
 
     table = load(path)
@@ -70,7 +70,7 @@ def dispatch_calibrate(
 @dispatch_app.command("schema")
 def dispatch_schema(path: Optional[Path] = typer.Argument(None, help="Write here (default: stdout).")) -> None:
     """The JSON schema of dispatch.json (schema_version 2)."""
-    from tunefw.fileio import write_atomic
+    from tunefw.export.files import write_atomic
     from tunefw.runtime.dispatch_schema import json_schema
     if path is None:
         print(json_schema(), end="")

@@ -60,7 +60,7 @@ def bench_cmd(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
 ) -> None:
     """Time the runtime path, cuBLAS and Triton for every dispatch entry (needs a GPU)."""
-    from tunefw.fileio import write_atomic
+    from tunefw.export.files import write_atomic
     from tunefw.measure.bench import parse_against, run_bench
     from tunefw.report import bench_html
     from tunefw.runtime.dispatch import load
@@ -101,7 +101,7 @@ def search_eval_cmd(
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
 ) -> None:
     """Offline: trials each sampler needs to reach 1/2/5% of a recorded sweep's best."""
-    from tunefw.fileio import write_atomic
+    from tunefw.export.files import write_atomic
     from tunefw.tune.search_eval import search_eval, table_rows
     try:
         budget_list = [int(b) for b in budgets.split(",") if b.strip()]

@@ -2,6 +2,7 @@
 once more under compute-sanitizer (thin)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -31,6 +32,7 @@ def verify_cmd(
     """Verify configs as every trial is verified (guard bands, inputs, a second launch, small
     grids) on a GPU; exit 1 if any is not OK (or, with --sanitize, not clean)."""
     from tunefw.errors import UserError
+    from tunefw.export.files import write_atomic
     from tunefw.measure import sanitize, verify
     from tunefw.templates.family_module import load_family_module
 
@@ -55,7 +57,7 @@ def verify_cmd(
     if tools:
         out.print(sanitize_table(result))
     if out_path:
-        verify.write(result, out_path)
+        write_atomic(out_path, json.dumps(result, indent=1, default=str))
     raise typer.Exit(1 if result["failed"] or not result.get("sanitize_clean", True) else 0)
 
 

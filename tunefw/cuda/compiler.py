@@ -142,8 +142,9 @@ class _Job:
     cache: "_Cache"
 
 
-def _prepare(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
-             source_dir: Path | None, cache_dir: Path | str | None, timeout_s: float) -> _Job:
+def prepare_compile(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
+                    source_dir: Path | None, cache_dir: Path | str | None,
+                    timeout_s: float) -> _Job:
     """Read the sources, build the options and the content-addressed key for one compile."""
     check_arch(arch)
     root = Path(source_dir or TEMPLATE_DIR).resolve()
@@ -237,7 +238,7 @@ class CompilePool:
     def submit(self, template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
                *, timeout_s: float | None = None) -> Future:
         """A future CompileResult for one config; raises UserError on bad arch or missing source."""
-        job = _prepare(template, config, dtype, arch, self.source_dir, self.cache_dir,
+        job = prepare_compile(template, config, dtype, arch, self.source_dir, self.cache_dir,
                        self.timeout_s if timeout_s is None else timeout_s)
         return self.submit_job(job)
 
@@ -335,7 +336,7 @@ def compile_kernel(template: KernelTemplate, config: Mapping[str, Any], dtype: s
                    cache_dir: Path | str | None = None, timeout_s: float = 120.0,
                    source_dir: Path | None = None) -> CompileResult:
     """Compile one config (in a worker process of a shared pool) or return its cached cubin."""
-    job = _prepare(template, config, dtype, arch, source_dir, cache_dir, timeout_s)
+    job = prepare_compile(template, config, dtype, arch, source_dir, cache_dir, timeout_s)
     return _shared_pool().submit_job(job).result()
 
 

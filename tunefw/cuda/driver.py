@@ -156,6 +156,13 @@ def launch_raw(function: Any, launch: Launch, params: Any, stream: int,
     return err
 
 
+def launch_checked(function: Any, launch: Launch, params: Any, stream: int) -> None:
+    """One launch on ``stream`` (launch_raw), CudaFailure if the driver refuses it."""
+    err = launch_raw(function, launch, params, stream)
+    if err != E.CUDA_SUCCESS:
+        raise CudaFailure(err, "launch", describe(launch))
+
+
 def describe(launch: Launch) -> str:
     return (f"launch grid {launch.grid} block {launch.block} cluster {launch.cluster} "
             f"smem {launch.smem_bytes}")

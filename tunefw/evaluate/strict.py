@@ -1,37 +1,83 @@
-"""Strict verification, the one check every trial, confirmation and `tunefw verify` runs.
+"""Strict verification, the one check every trial, confirmation, `tunefw verify` and the runtime's
+first use of a kernel on a shape (runtime/firstuse.py) run.
 
 Beyond method.verify's values (no NaN/Inf, fp32 reference globally and per row, bounded by
 cuBLAS's own error), a config must:
 - write nothing outside C: C lies between two guard bands of a NaN sentinel bit pattern that
   must be intact after every launch;
-- leave its inputs as they were (A and B are compared with pristine copies);
+- leave its inputs as they were (A and B are compared with pristine copies) and write nothing
+  around them: A and B too lie between guard bands of the sentinel, so a read past either
+  operand's end that reaches the math also turns its output NaN;
 - give the same bits on a second launch on the same buffers (every family here reduces in a
   fixed order, so any difference is a race or state left behind, e.g. a split-K counter);
 - for kernels whose grid depends on the GPU (persistent schedulers), also be right on a small
   grid, where each CTA takes several work units.
-The first launch of a trial is a throw-away run: a kernel that does not reset its workspace
-fails the launches after it.
+The first launch of a trial is a throw-away run on a workspace zeroed once per trial, and every
+later launch runs on what the one before left there: a kernel that leaves a split-K counter or
+its workspace dirty fails the launches after it. That is the runtime's use too (a plan zeroes
+its workspace once), so state a kernel leaves behind is judged by whether the next launch is
+right and bit-identical, not by reading the workspace (whose layout is the family's own).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from tunefw.evaluate.method import Verdict, verify
 
-GUARD_ELEMS = 4096  # 8 KB of 16-bit elements on each side of C (keeps C 256-byte aligned)
+GUARD_ELEMS = 4096  # 8 KB of 16-bit elements each side of C, A and B (keeps them 256-byte aligned)
 SENTINEL = 0x7FA5  # a NaN in bf16 and in fp16 that no arithmetic produces (payload 0x25)
 
 
-class GuardedOutput:
+class Banded:
+    """A tensor (``inner``) inside guard bands of SENTINEL, GUARD_ELEMS elements on each side."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str,
+                 name: str) -> None:
+        self.name = name
+        size = math.prod(shape)
+        self.full = torch.empty(size + 2 * GUARD_ELEMS, dtype=dtype, device=device)
+        self.inner = self.full[GUARD_ELEMS:GUARD_ELEMS + size].view(shape)
+        self.restore_bands()
+
+    @classmethod
+    def holding(cls, values: torch.Tensor, name: str) -> "Banded":
+        """A banded copy of ``values``."""
+        banded = cls(tuple(values.shape), values.dtype, values.device, name)
+        banded.inner.copy_(values)
+        return banded
+
+    def restore_bands(self) -> None:
+        bits = self.full.view(torch.int16)
+        bits[:GUARD_ELEMS].fill_(SENTINEL)
+        bits[-GUARD_ELEMS:].fill_(SENTINEL)
+
+    def bands_intact(self) -> str | None:
+        """None, or where the first write around ``inner`` landed (the bands are then restored,
+        so later trials on the same buffers are unharmed)."""
+        bits, name = self.full.view(torch.int16), self.name
+        for side, band, base in (("before", bits[:GUARD_ELEMS], -GUARD_ELEMS),
+                                 ("after", bits[-GUARD_ELEMS:], self.inner.numel())):
+            hit = (band != SENTINEL).nonzero()
+            if hit.numel():
+                self.restore_bands()
+                return (f"wrote outside {name}: {hit.numel()} element(s) of the guard band {side} "
+                        f"{name}, first at offset {base + int(hit[0])} from {name}'s start")
+        return None
+
+
+class GuardedOutput(Banded):
     """An M x N output inside guard bands of SENTINEL."""
 
     def __init__(self, like: torch.Tensor) -> None:
-        m, n = like.shape
-        self.full = torch.empty(m * n + 2 * GUARD_ELEMS, dtype=like.dtype, device=like.device)
-        self.c = self.full[GUARD_ELEMS:GUARD_ELEMS + m * n].view(m, n)
+        super().__init__(tuple(like.shape), like.dtype, like.device, "C")
+
+    @property
+    def c(self) -> torch.Tensor:
+        return self.inner
 
     def poison(self) -> None:
         """Every element, C and guards, set to the sentinel (an unwritten C element stays NaN)."""
@@ -39,15 +85,7 @@ class GuardedOutput:
 
     def guards_intact(self) -> str | None:
         """None, or where the first write outside C landed."""
-        bits = self.full.view(torch.int16)
-        for side, band, base in (("before", bits[:GUARD_ELEMS], -GUARD_ELEMS),
-                                 ("after", bits[-GUARD_ELEMS:], self.c.numel())):
-            hit = (band != SENTINEL).nonzero()
-            if hit.numel():
-                where = base + int(hit[0])
-                return (f"wrote outside C: {hit.numel()} element(s) of the guard band {side} C, "
-                        f"first at offset {where} from C's start")
-        return None
+        return self.bands_intact()
 
 
 def differing_bits(out: torch.Tensor, first: torch.Tensor) -> str | None:
@@ -62,7 +100,8 @@ def differing_bits(out: torch.Tensor, first: torch.Tensor) -> str | None:
 
 @dataclass
 class Operands:
-    """A, B, their pristine copies, the float32 reference and cuBLAS's output on them."""
+    """A, B, their pristine copies, the float32 reference and cuBLAS's output on them. A and B
+    are moved, on construction, into guard bands (``a`` and ``b`` are then views inside them)."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -70,9 +109,19 @@ class Operands:
     b0: torch.Tensor
     ref: torch.Tensor
     cublas_out: torch.Tensor
+    bands: tuple[Banded, Banded] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.bands = (Banded.holding(self.a, "A"), Banded.holding(self.b, "B"))
+        self.a, self.b = (band.inner for band in self.bands)
 
     def changed(self) -> str | None:
-        """None, or which input the kernel wrote into (restored, so later trials are unharmed)."""
+        """None, or which input the kernel wrote into or around (restored, so later trials are
+        unharmed)."""
+        for band in self.bands:
+            reason = band.bands_intact()
+            if reason:
+                return reason
         for name, now, before in (("A", self.a, self.a0), ("B", self.b, self.b0)):
             if not torch.equal(now.view(torch.int16), before.view(torch.int16)):
                 now.copy_(before)

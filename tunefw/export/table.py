@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tunefw.errors import UserError
 from tunefw.export.cpp import render_cpp
-from tunefw.fileio import write_atomic
+from tunefw.export.files import write_atomic
 from tunefw.templates import FAMILIES
 from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO, DispatchEntry, DispatchTable, apply_min_ratio
 from tunefw.store import Store

@@ -33,11 +33,12 @@ CONFIGS = [
 ]
 
 
+# C = A B^T for K-contiguous A and B, grouped tile order (tests launch it on one config).
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def _matmul_tn(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               GROUP_M: tl.constexpr):
+def matmul_tn_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -70,5 +71,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) ->
     N = b.shape[0]
     c = out if out is not None else a.new_empty((M, N))
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    _matmul_tn[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
+    matmul_tn_kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
     return c

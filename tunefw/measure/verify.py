@@ -1,20 +1,24 @@
 """`tunefw verify`: the strict verification of every trial (evaluate/strict.py), as a product
 command over a dispatch table's winners or a sample of a family's valid configs, on the table's
-own shapes and on edge shapes, each job in an isolated GPU worker process."""
+own shapes and on edge shapes, each job in an isolated GPU worker process (the GPU scripts run
+their jobs here too, optionally timed as a sweep trial is)."""
 from __future__ import annotations
 
 import datetime
-import json
+import itertools
+import os
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunefw.device import DeviceSpec, H200
 from tunefw.errors import UserError
-from tunefw.outcome import TrialSpec
+from tunefw.outcome import TrialSpec, cublas_ratio
 from tunefw.problem import GemmProblem, parse_shape
 from tunefw.templates import get_family
 from tunefw.templates.family_module import FamilyModule, load_family_module
+from tunefw.tune.space import random_valid
 
 # Odd M, N and K just past tile multiples, one k-step, one row tile, decode and skinny shapes.
 EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (129, 136, 264), (1, 4096, 14336),
@@ -69,9 +73,8 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
         rng = random.Random(seed)
         jobs = []
         for problem in shapes:
-            space = [c for c in family.iter_space() if family.check(c, problem, device) is None]
-            rng.shuffle(space)
-            jobs += [Job(target, c, problem, "sample") for c in space[:sample]]
+            valid = random_valid(family, rng, problem, device)
+            jobs += [Job(target, c, problem, "sample") for c in itertools.islice(valid, sample)]
         return jobs
     from tunefw.runtime.dispatch import load
     table = load(target)
@@ -87,29 +90,72 @@ def plan(target: str, shapes: list[GemmProblem], sample: int, seed: int,
     return jobs
 
 
+def compile_all(jobs: list[Job], arch: str, cache_dir: str | None = None,
+                families: FamilyModule | None = None) -> dict:
+    """Every distinct kernel of the jobs compiled on all cores into the cache the worker reads
+    (it compiles one at a time, so a cold cache would serialize the compiles); per kernel
+    ("family name-expression") its CompileResult."""
+    from tunefw.cuda.compiler import CompilePool
+
+    module = families or load_family_module(None)
+    kernels: dict[str, Job] = {}
+    for job in jobs:
+        template = module.get(job.family)
+        name = template.name_expression(job.config, job.problem.dtype)
+        kernels.setdefault(f"{job.family} {name}", job)
+    results = {}
+    for source_dir in {module.source_dir(j.family) for j in kernels.values()}:
+        mine = {k: j for k, j in kernels.items() if module.source_dir(j.family) == source_dir}
+        with CompilePool(min(os.cpu_count() or 1, len(mine)), cache_dir=cache_dir,
+                         source_dir=source_dir) as pool:
+            futures = {k: pool.submit(module.get(j.family), j.config, j.problem.dtype, arch)
+                       for k, j in mine.items()}
+            results.update({k: f.result() for k, f in futures.items()})
+    return results
+
+
 def run_verify(jobs: list[Job], cache_dir: str | None = None, timeout_s: float = TIMEOUT_S,
-               families: FamilyModule | None = None) -> dict:
+               families: FamilyModule | None = None, timed: bool = False) -> dict:
     """Strictly verify every job on cuda:0 (isolated worker, ``timeout_s`` each; the jobs'
-    families are tunefw's or ``families``'); the result-file dict."""
+    families are tunefw's or ``families'``), their kernels compiled first on all cores; the
+    result-file dict. ``timed``: each job runs as a sweep trial (verified, then screened
+    interleaved with cuBLAS), its row with TFLOP/s, cuBLAS TFLOP/s and their ratio."""
     import torch
     if not torch.cuda.is_available():
         raise UserError("tunefw verify needs a CUDA GPU (none is visible)")
+    from tunefw.cuda.driver import local_spec
     from tunefw.evaluate.isolated import IsolatedWorker
 
-    worker = IsolatedWorker(cache_dir, mode="verify", families=families and families.path)
+    start = time.monotonic()
+    compiled = compile_all(jobs, local_spec(0).arch, cache_dir, families)
+    compile_s = round(time.monotonic() - start, 1)
+    worker = IsolatedWorker(cache_dir, mode="evaluate" if timed else "verify",
+                            families=families and families.path)
     rows = []
     try:
         for job, outcome in zip(jobs, worker.run(j.spec(i, timeout_s) for i, j in enumerate(jobs))):
-            rows.append({"family": job.family, "config": job.config, **job.problem.as_dict(),
-                         "source": job.source, "status": outcome["status"],
-                         "log": (outcome.get("log") or "")[:300], "rel_err": outcome.get("rel_err")})
+            rows.append(result_row(job, outcome, timed))
     finally:
         worker.close()
     return {"script": "tunefw verify", "date": datetime.date.today().isoformat(),
             "device": worker.fingerprint, "checked": len(rows),
             "wrong": sum(r["status"] == "WRONG_ANSWER" for r in rows),
             "failed": sum(r["status"] != "OK" for r in rows),
-            "statuses": status_counts(rows), "rows": rows}
+            "statuses": status_counts(rows), "rows": rows,
+            "compile": {"kernels": len(compiled), "ok": sum(r.ok for r in compiled.values()),
+                        "seconds": compile_s}}
+
+
+def result_row(job: Job, outcome: dict, timed: bool = False) -> dict:
+    """A job's row of the result file from its outcome dict (and, timed, its figures)."""
+    row = {"family": job.family, "config": job.config, **job.problem.as_dict(),
+           "source": job.source, "status": outcome["status"],
+           "log": (outcome.get("log") or "")[:300], "rel_err": outcome.get("rel_err")}
+    if timed:
+        row.update({k: outcome.get(k) for k in ("tflops", "cublas_tflops", "median_ms",
+                                                 "min_ms", "iqr_ms", "cublas_median_ms")},
+                   ratio=cublas_ratio(outcome.get("tflops"), outcome.get("cublas_tflops")))
+    return row
 
 
 def status_counts(rows: list[dict]) -> dict[str, int]:
@@ -126,8 +172,3 @@ def summary(result: dict) -> str:
     """One line: how many were checked and how they ended."""
     return (f"verified {result['checked']} config-shape pairs on "
             f"{result['device'].get('name')}: {counts_text(result['statuses'])}")
-
-
-def write(result: dict, path: Path) -> None:
-    from tunefw.fileio import write_atomic
-    write_atomic(path, json.dumps(result, indent=1, default=str))

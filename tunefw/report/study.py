@@ -5,7 +5,7 @@ import html
 import math
 from pathlib import Path
 
-from tunefw.fileio import write_atomic
+from tunefw.export.files import write_atomic
 from tunefw.report.data import StudyReport, study_data
 from tunefw.report.page import fingerprint_html, note, page, section
 from tunefw.report.search_figures import convergence_figure, knob_figure, trials_figure

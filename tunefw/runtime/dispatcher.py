@@ -4,11 +4,12 @@
 picks the entry for the shape by the table's rules on this GPU (tunefw/runtime/rules.py:
 exact, bucket, nearest, calibration evidence, cuBLAS routes; then the first-call guard of
 tunefw/runtime/guard.py for non-exact routes), gets its kernel (compiled on first use through
-tunefw.cuda.compiler and its cache, or read from a shipped cubin directory), launches it on torch's
-current stream and returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS
-routes, CPU tensors, other dtypes, non-contiguous or misaligned operands, shapes no entry can
-serve, a table tuned on another GPU model or compute capability, a SIMULATED table, a kernel
-that cannot be built.
+tunefw.cuda.compiler and its cache, or read from a shipped cubin directory), verifies it strictly
+on the shape's first use (tunefw/runtime/firstuse.py), launches it on torch's current stream and
+returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS routes, CPU tensors, other
+dtypes, non-contiguous or misaligned operands, shapes no entry can serve, a table tuned on
+another GPU model or compute capability, a SIMULATED table, a kernel that cannot be built or
+that fails its verification on the shape.
 
 The hot path (a cached plan per shape, a cached argument buffer per operand triple) is
 tunefw/runtime/plan.py.
@@ -37,7 +38,8 @@ from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
-from tunefw.runtime.guard import Guard, Timer
+from tunefw.runtime import firstuse
+from tunefw.runtime.guard import Guard, Timer, capturing
 from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
 from tunefw.runtime.rules import Route, shape as _shape
 from tunefw.runtime.shipped import read_manifest
@@ -84,9 +86,11 @@ class Dispatcher:
     def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
                  cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None,
                  guard: bool | None = None, guard_timer: Timer | None = None,
-                 guard_cache: str | Path | bool | None = None) -> None:
+                 guard_cache: str | Path | bool | None = None, verify: bool | None = None) -> None:
         """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's.
-        ``guard``/``guard_timer``/``guard_cache``: the first-call guard (runtime/guard.py)."""
+        ``guard``/``guard_timer``/``guard_cache``: the first-call guard (runtime/guard.py);
+        ``verify``: each kernel's strict verification on each shape's first use
+        (runtime/firstuse.py; default on unless $TUNEFW_VERIFY turns it off)."""
         self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
         self.cubin_dir = Path(cubin_dir) if cubin_dir else None
         self.cache_dir = cache_dir
@@ -99,6 +103,9 @@ class Dispatcher:
         self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
         self._warned: set[str] = set()
         self._guard = Guard(self.table, guard, guard_timer, guard_cache)
+        self._verify = firstuse.enabled_by_env() if verify is None else bool(verify)
+        self._wrong: dict[tuple, str] = {}  # (shape key, device) -> why its kernel failed there
+        self._unverified: dict[tuple, str] = {}  # (shape key, device) -> why it was not verified
 
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -145,9 +152,12 @@ class Dispatcher:
                     and a.dtype == b.dtype and a.get_device() == b.get_device():
                 route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
                 if route.entry is not None:
+                    dev = self._devices[a.get_device()]
                     plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    if plan is not None:
+                        plan = self._verified(plan, dev)
                     if plan is not None and _servable(a, b):
-                        plan = self._first_call(route, plan, a, b, self._devices[a.get_device()])
+                        plan = self._first_call(route, plan, a, b, dev)
             self._plans[key] = plan
             return plan
 
@@ -162,12 +172,37 @@ class Dispatcher:
                 self._routes[key] = self._route(M, N, K, name, dev)
             route = self._routes[key]
             if route.entry is not None:
-                reason = self._failed.get(self._name(route.entry))
+                reason = (self._failed.get(self._name(route.entry))
+                          or self._wrong.get((f"{M}x{N}x{K}:{name}", dev.index)))
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
                                                  f"{_shape(route.entry)} is unavailable: {reason}")
                 route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
             return route
+
+    def _verified(self, plan: Plan, dev: DeviceState) -> Plan | None:
+        """The plan once its kernel passed strict verification on its shape (runtime/firstuse.py),
+        None when it failed (its shape then goes to cuBLAS, with one warning)."""
+        if not self._verify:
+            return plan
+        where = (f"{plan.problem.M}x{plan.problem.N}x{plan.problem.K}:{plan.problem.dtype}", dev.index)
+        if capturing():
+            self._unverified[where] = ("first seen during CUDA-graph capture or torch.compile "
+                                       "tracing: not verified")
+            return plan
+        from tunefw.cuda.driver import CudaFailure
+        try:
+            verdict = firstuse.verify_plan(plan, dev.spec)
+            reason = None if verdict.ok else verdict.reason
+        except (CudaFailure, torch.cuda.OutOfMemoryError) as exc:  # unverified: not served
+            torch.cuda.empty_cache()
+            reason = f"could not run: {str(exc).splitlines()[0]}"
+        if reason is None:
+            return plan
+        self._wrong[where] = f"failed strict verification on this shape ({reason})"
+        self._warn(f"tunefw: kernel {self._name(plan.entry)} failed strict verification on "
+                   f"{where[0]} ({reason}): that shape uses cuBLAS")
+        return None
 
     def _first_call(self, route: Route, plan: Plan, a: torch.Tensor, b: torch.Tensor,
                     dev: DeviceState) -> Plan | None:
@@ -202,6 +237,8 @@ class Dispatcher:
             route, note = self.route(M, N, K, dtype, device), ""
             untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{dtype_name(dtype)}:TN")
             note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
+            unverified = self._unverified.get((f"{M}x{N}x{K}:{dtype_name(dtype)}", live.index))
+            note += f" [{unverified}]" if unverified and route.entry is not None else ""
         return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
 
     def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:

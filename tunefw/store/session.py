@@ -41,7 +41,9 @@ def _engine(url: str, readonly: bool = False) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def _alembic_config(engine: Engine, connection) -> AlembicConfig:
+def alembic_config(engine: Engine, connection) -> AlembicConfig:
+    """Alembic's configuration for tunefw's migrations on an open connection (what an upgrade
+    runs with; tests upgrade frozen databases step by step with it)."""
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
@@ -68,7 +70,7 @@ def current_revision(engine: Engine) -> str | None:
 
 def _upgrade(engine: Engine, target: str = "head") -> None:
     with engine.begin() as conn:
-        command.upgrade(_alembic_config(engine, conn), target)
+        command.upgrade(alembic_config(engine, conn), target)
     with Session(engine) as s, s.begin():
         s.merge(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
 

@@ -17,6 +17,7 @@ import ray
 from tunefw.errors import UserError
 from tunefw.framing import helper_pythonpath
 from tunefw.outcome import Outcome, Status, TrialSpec
+from tunefw.evaluate.protocol import Evaluator
 from tunefw.study.spec import SimSettings
 from tunefw.tune.interrupt import stop_on_sigterm
 from tunefw.tune.pool import Job, Slot, WorkerPool
@@ -30,6 +31,7 @@ class GpuWorker:
     """Lives on one GPU (its own CUDA_VISIBLE_DEVICES) and evaluates trials there."""
 
     def __init__(self, backend: str, sim: SimSettings | None, replay: str | None = None) -> None:
+        self.evaluator: Evaluator
         if backend == "replay":
             from tunefw.evaluate.replay import ReplayEvaluator
             self.evaluator = ReplayEvaluator(replay or "")

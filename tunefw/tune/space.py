@@ -2,16 +2,18 @@
 (every value combination) and how many of them check() accepts on a device, counted where the
 space is small and estimated from a seeded uniform sample where it is not (listing the
 wgmma_sm90 space and checking it takes about a minute per problem; a launch says these sizes
-within a second)."""
+within a second); and a space's valid configs in a seeded random order, drawn lazily."""
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass
+from typing import Iterator
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates import get_family
+from tunefw.templates.base import KernelTemplate
 
 CHECKS_BUDGET = 32_768  # check() calls for a whole study (about half a second on one core)
 SAMPLE_MIN = 64  # configs drawn per family and problem, however many problems
@@ -30,7 +32,12 @@ class SpaceSize:
 
 def declared_size(family: str) -> int:
     """Configs the family declares: the product of its knobs' value counts."""
-    return math.prod(len(p.values) for p in get_family(family).params)
+    return space_size(get_family(family))
+
+
+def space_size(family: KernelTemplate) -> int:
+    """How many points ``family.iter_space()`` yields."""
+    return math.prod(len(p.values) for p in family.params)
 
 
 def space_sizes(families: list[str], problems: list[GemmProblem], device: DeviceSpec,
@@ -54,3 +61,29 @@ def space_sizes(families: list[str], problems: list[GemmProblem], device: Device
             valid.append(round(declared * hits / share))
         sizes.append(SpaceSize(name, declared, valid, 0 if declared <= share else share))
     return sizes
+
+
+def space_point(family: KernelTemplate, index: int) -> dict:
+    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
+    parameter changes fastest)."""
+    values = []
+    for p in reversed(family.params):
+        index, digit = divmod(index, len(p.values))
+        values.append(p.values[digit])
+    return dict(zip(family.param_names, reversed(values)))
+
+
+def random_valid(family: KernelTemplate, rng: random.Random, problem: GemmProblem,
+                 device: DeviceSpec) -> Iterator[dict]:
+    """The family's configs valid for ``problem``, each once, in a uniformly random order drawn
+    as far as the caller reads: a Fisher-Yates shuffle of the point indices kept sparse (only
+    the swapped ones), so a sample of a 3.3M-point space costs its draws, not its size."""
+    size = space_size(family)
+    swapped: dict[int, int] = {}
+    for i in range(size):
+        j = rng.randrange(i, size)
+        index = swapped.get(j, j)
+        swapped[j] = swapped.get(i, i)
+        config = space_point(family, index)
+        if family.check(config, problem, device) is None:
+            yield config

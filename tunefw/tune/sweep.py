@@ -68,8 +68,8 @@ def usable_families(spec: StudySpec, device: DeviceSpec) -> list[str]:
     return usable
 
 
-def _guard_round(s, study: Study, fingerprint: dict, families: list[str],
-                 new_round: bool) -> None:
+def guard_round(s, study: Study, fingerprint: dict, families: list[str],
+                new_round: bool) -> None:
     """Refuse to resume on another device or after the space changed, unless a new round."""
     hashes = {f: get_family(f).space_hash() for f in families}
     if study.fingerprint is not None and new_round:
@@ -178,7 +178,7 @@ class Sweep:
         with self.store.session() as s:  # commit the round first: Optuna writes on its own
             self.lease.fence(s)
             study = s.get(Study, self.study_id)
-            _guard_round(s, study, fingerprint, families, self.options.new_round)
+            guard_round(s, study, fingerprint, families, self.options.new_round)
             study.backend = self.options.backend
             self.round = study.round
             study_name = study.name

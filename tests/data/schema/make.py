@@ -18,7 +18,7 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import MetaData, create_engine, insert
 
-from tunefw.store.session import _alembic_config
+from tunefw.store.session import alembic_config
 
 HERE = Path(__file__).resolve().parent
 CREATED = datetime(2026, 1, 15, 12, 0, tzinfo=timezone.utc)
@@ -91,7 +91,7 @@ def make(revision: str) -> Path:
     path.unlink(missing_ok=True)
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
-        command.upgrade(_alembic_config(engine, conn), revision)
+        command.upgrade(alembic_config(engine, conn), revision)
         meta = MetaData()
         meta.reflect(conn)
         for table, table_rows in rows().items():

@@ -1,0 +1,55 @@
+"""What every GPU script's result file carries and where it goes: the commit measured (given, for
+a device tree without git metadata, else git's), the device from a worker's fingerprint, and the
+path ($OUT/NAME, else benchmarks/results/NAME)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+DEVICE_KEYS = ("name", "uuid", "cc", "sm_count", "driver", "cuda", "compiler", "method",
+               "sm_clock_mhz", "power_limit_w", "power_w", "temperature_c")
+
+
+def commit(given: str | None = None) -> str | None:
+    """``given``, else HEAD of the repository (None where there is no git metadata)."""
+    if given:
+        return given
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=REPO, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def device(fingerprint: dict) -> dict:
+    """The device keys of a worker's fingerprint (None where it has none)."""
+    return {k: fingerprint.get(k) for k in DEVICE_KEYS}
+
+
+def out_path(name: str, given: Path | None = None) -> Path:
+    """``given``, else $OUT/NAME, else benchmarks/results/NAME."""
+    return given or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
+
+
+def write(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"wrote {path}")
+
+
+def guarded(part: Callable[[], dict]) -> dict:
+    """The part's result with its wall time, or its error (the run goes on to the next part)."""
+    start = time.monotonic()
+    try:
+        out = part()
+    except Exception as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc().splitlines()[-12:]}
+    return {**out, "seconds": round(time.monotonic() - start, 1)}

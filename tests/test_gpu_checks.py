@@ -1,0 +1,141 @@
+"""benchmarks/mma_sm80_gpu_check.py and wgmma_sm90_gpu_check.py without a GPU: their plans (valid
+jobs of `tunefw verify`'s kind, every kernel path), the peak kernel's compile through tunefw's
+compiler and its arithmetic, and how each builds its result file from verify results."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tunefw.cuda.compiler import compile_kernel
+from tunefw.device import H200
+from tunefw.problem import GemmProblem
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+DEVICE = {"name": "NVIDIA H200", "uuid": "GPU-1", "driver": "580.159.04", "sm_clock_mhz": 1980,
+          "power_limit_w": 700.0, "compiler": "nvrtc 13.0"}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mma = _load("mma_sm80_gpu_check")
+wgmma = _load("wgmma_sm90_gpu_check")
+
+
+def _row(job, status="OK", **figures) -> dict:
+    """A `tunefw verify` result row for a planned job."""
+    return {"family": job.family, "config": job.config, **job.problem.as_dict(),
+            "source": job.source, "status": status, "log": "x" if status != "OK" else "",
+            "rel_err": 1e-3, **figures}
+
+
+def _result(rows: list[dict]) -> dict:
+    return {"device": DEVICE, "rows": rows, "wrong": sum(r["status"] == "WRONG_ANSWER" for r in rows),
+            "statuses": {s: sum(r["status"] == s for r in rows) for s in {r["status"] for r in rows}}}
+
+
+def test_the_mma_plan_forces_every_path_and_every_job_is_valid():
+    jobs = mma.correctness_jobs(H200, n_random=10)
+    assert all(mma.T.check(j.config, j.problem, H200) is None for j in jobs)
+    forced = {int(j.source.split()[1]) for j in jobs if j.source.startswith("forced")}
+    assert forced == set(range(len(mma.FORCED)))  # each path runs on some shape
+    assert {j.config["SPLIT_K"] for j in jobs} >= {1, 2, 4, 8, 16}
+    assert {j.problem.dtype for j in jobs} == {"bf16", "fp16"}
+    assert sum(j.source == "random" for j in jobs) >= 10
+    assert mma.correctness_jobs(H200, 10) == jobs  # seeded
+    timing = mma.timing_jobs(H200)
+    assert {(j.problem.M, j.problem.N, j.problem.K) for j in timing} == set(mma.TIMING_SHAPES)
+
+
+def test_the_peak_kernel_compiles_through_tunefws_compiler_from_the_repository_root():
+    result = compile_kernel(mma.PEAK, {"CHAINS": 4}, "bf16", "sm_80",
+                            cache_dir=tempfile.mkdtemp(), source_dir=mma.REPO)
+    assert result.ok, result.log
+    assert result.lowered_name == "_Z8mma_peakILi0ELi4EEvPfi"
+    # the hash that keys its cache covers the project header it includes
+    assert [p.name for p in mma.PEAK.source_paths(mma.REPO)] == ["mma_peak.cuh", "sm80.cuh"]
+
+
+def test_the_peak_rate_counts_every_warps_mmas():
+    launch = mma.peak_launch(132)
+    assert launch.grid == (528, 1, 1) and launch.block == (256, 1, 1)
+    flops = 528 * 8 * mma.PEAK_MMAS_PER_WARP * 2 * 16 * 8 * 16
+    assert mma.peak_tflops(launch, 8, 2.0) == pytest.approx(flops / 2e-3 / 1e12)
+
+
+def test_the_mma_result_ranks_timings_by_ratio_and_lists_failures():
+    corr = mma.correctness_jobs(H200, n_random=5)
+    timing = [j for j in mma.timing_jobs(H200) if j.problem.M == 4096][:2]
+    corr_rows = [_row(j) for j in corr]
+    corr_rows[3] = _row(corr[3], "WRONG_ANSWER")
+    timed = [_row(timing[0], tflops=600.0, cublas_tflops=700.0, ratio=600 / 700, median_ms=0.23,
+                  min_ms=0.22),
+             _row(timing[1], tflops=720.0, cublas_tflops=700.0, ratio=720 / 700, median_ms=0.19,
+                  min_ms=0.18)]
+    parts = {"correctness": _result(corr_rows), "timing": _result(timed),
+             "peak": {"rows": [{"dtype": "bf16", "chains": 8, "status": "OK", "tflops": 655.5},
+                               {"dtype": "fp16", "chains": 4, "status": "OK", "tflops": 640.0}]}}
+    result = mma.compose(parts, "abc123", 0.0)
+    assert [r["tflops"] for r in result["rows"]] == [720.0, 600.0]
+    assert result["mma_sync_peak_tflops"] == 655.5 and result["commit"] == "abc123"
+    assert result["correctness"]["wrong"] == 1 and not result["all_ok"]
+    assert result["correctness"]["failures"][0]["config"] == corr[3].config
+    assert result["device"]["sm_clock_mhz"] == 1980
+    assert json.loads(json.dumps(result)) == result
+    broken = mma.compose({**parts, "peak": {"error": "RuntimeError: x"}}, None, 0.0)
+    assert broken["mma_sync_peak_tflops"] == 0.0 and "error" in broken["parts"]["peak"]
+
+
+def test_the_wgmma_plan_runs_each_config_where_check_allows_and_says_where_not():
+    jobs, refused = wgmma.plan_verify(H200)
+    assert all(wgmma.T.check(j.config, j.problem, H200) is None for j in jobs)
+    assert all(wgmma.T.check(r["config"], GemmProblem(*r["shape"], dtype=r["dtype"]), H200) == r["reason"]
+               for r in refused)
+    assert len(jobs) + len(refused) == len(wgmma.correctness_configs()) * len(wgmma.EDGE_SHAPES)
+    assert {j.source for j in jobs} == {"pingpong", "split", "coop"}
+    assert {j.config["PERSISTENT"] for j in jobs} == {0, 1}  # strict verify adds the small grid
+    only = wgmma.plan_perf(H200, "128x6144x4096")
+    assert only and {(j.problem.M, j.problem.N) for j in only} == {(128, 6144)}
+
+
+def test_a_kernel_that_fails_its_sass_check_is_not_run():
+    jobs, _ = wgmma.plan_verify(H200)
+    bad = wgmma.T.name_expression(jobs[0].config, jobs[0].problem.dtype)
+    kept = wgmma.runnable(jobs, {bad: "SASS touches local memory"})
+    assert kept and all(wgmma.T.name_expression(j.config, j.problem.dtype) != bad for j in kept)
+    assert len(kept) < len(jobs)
+
+
+def test_the_wgmma_result_groups_shapes_per_config_and_finds_each_knobs_best():
+    jobs, refused = wgmma.plan_verify(H200)
+    first = [j for j in jobs if j.config == jobs[0].config and j.problem.dtype == jobs[0].problem.dtype]
+    rows = [_row(j) for j in jobs]
+    rows[len(first) - 1] = _row(first[-1], "WRONG_ANSWER")
+    perf = wgmma.plan_perf(H200, "4096x4096x4096")
+    timed = [_row(j, tflops=700.0 + i, cublas_tflops=700.0, ratio=(700.0 + i) / 700)
+             for i, j in enumerate(perf)]
+    parts = {"verify": _result(rows), "perf": _result(timed)}
+    result = wgmma.compose(parts, refused, {}, "abc123", 0.0)
+    assert result["wrong"] == 1 and result["runs_checked"] == len(jobs)
+    bad = [c for c in result["correctness"] if c["status"] != "OK"]
+    assert len(bad) == 1 and bad[0]["config"] == first[0].config and len(bad[0]["shapes"]) == len(first)
+    best = result["best"]["4096x4096x4096"]
+    assert best["ratio"] == max(r["ratio"] for r in timed)
+    assert max(result["knob_best_fraction"].values()) == 1.0
+    assert result["geomean_ratio"] == pytest.approx(best["ratio"])
+    assert not result["all_ok"] and json.loads(json.dumps(result)) == result
+
+
+def test_the_dry_runs_print_their_plans(capsys):
+    assert mma.main(["--dry-run", "--n-random", "5"]) == 0
+    assert capsys.readouterr().out.strip().endswith("timing jobs on NVIDIA H200")
+    assert wgmma.main(["--dry-run", "--skip-perf"]) == 0
+    assert capsys.readouterr().out.strip().endswith("0 timed jobs on NVIDIA H200")

@@ -35,6 +35,7 @@ from tunefw.device import H200  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.measure.roofline import stream_read_tbs  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
+from tunefw.tune.space import random_valid  # noqa: E402
 
 LAYERS = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336)}
@@ -48,14 +49,13 @@ EDGE_SHAPES = ((1, 8, 8), (3, 24, 40), (17, 4104, 4104), (1, 4096, 14336), (7, 1
 
 def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[dict]:
     """The family's valid seeds for the problem, then up to n distinct random valid configs
-    (random points of the declared space, never the whole space listed: wgmma_sm90 has ~3M)."""
+    (tune.space.random_valid: drawn as far as read, never the whole space listed)."""
     family = get_family(name)
     configs = [c for c in family.seed_configs() if family.check(c, problem, H200) is None]
-    for _ in range(200 * n):
+    for c in random_valid(family, rng, problem, H200):
         if len(configs) >= n:
             break
-        c = {p.name: rng.choice(p.values) for p in family.params}
-        if c not in configs and family.check(c, problem, H200) is None:
+        if c not in configs:
             configs.append(c)
     return configs
 

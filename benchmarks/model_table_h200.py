@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpus", type=int, default=1, help="GPU workers of the sweep")
     ap.add_argument("--backend", default="cuda", help="cuda; sim only to check this script on a CPU")
     ap.add_argument("--budget-s", type=float, default=510.0, help="this run's wall-time budget")
-    ap.add_argument("--state-dir", type=Path, default=Path("/tmp/model_table"))
+    ap.add_argument("--state-dir", type=Path, help="where this run works (default /tmp/STUDY)")
     ap.add_argument("--resume", type=Path, help="a state tarball from an earlier run, used when "
                     "it exists (default benchmarks/state/STUDY_state.tar.gz)")
     ap.add_argument("--phases", default=",".join(PHASES), help="the phases to run, in order")
@@ -81,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--phases: expected some of {','.join(PHASES)} (not {','.join(unknown) or 'none'})")
     args.phases = [p for p in PHASES if p in args.phases]
     args.resume = args.resume or REPO / "benchmarks" / "state" / state_tar(args.study)
+    args.state_dir = args.state_dir or Path("/tmp") / args.study
     return args
 
 

@@ -181,7 +181,7 @@ def test_a_study_file_and_a_choice_of_phases():
     args = mt.parse_args(["--study-file", "studies/llama3_8b.yaml", "--study", "llama3_8b",
                           "--phases", "guard,study,sweep"])
     assert args.phases == ["study", "sweep", "guard"]  # run in the phases' own order
-    assert args.resume.name == "llama3_8b_state.tar.gz"
+    assert (args.resume.name, args.state_dir) == ("llama3_8b_state.tar.gz", Path("/tmp/llama3_8b"))
     cmd = mt.commands(args, mt.State(Path("unused")), 300)["study"]
     assert cmd[cmd.index("create"):cmd.index("create") + 4] == [
         "create", "llama3_8b", "--from", "studies/llama3_8b.yaml"] and "--from-model" not in cmd

@@ -139,7 +139,7 @@ def run_case(name: str, make, stock, patched, dispatcher, rounds: int, calls: in
     return result
 
 
-def _smi() -> dict:
+def smi() -> dict:
     """The GPU as nvidia-smi reports it now (clocks, power, temperature), or why not."""
     fields = ("name,driver_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
               "temperature.gpu,power.draw,power.limit")
@@ -151,7 +151,8 @@ def _smi() -> dict:
     return dict(zip(fields.split(","), (v.strip() for v in out.splitlines()[0].split(","))))
 
 
-def _commit() -> str | None:
+def git_commit() -> str | None:
+    """HEAD of this checkout, or None (the device's copy has no .git: scripts take --commit)."""
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               cwd=REPO, timeout=20).stdout.strip() or None
@@ -228,13 +229,13 @@ def main() -> int:
     patched = twin(stock)
     dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
     patch = tunefw.patch(patched, dispatcher)
-    env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or _commit(),
+    env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "python": platform.python_version(),
            "table": str(args.table), "table_hash": table_hash(dispatcher.table),
            "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or "")}
     if cuda:
-        env.update(gpu=torch.cuda.get_device_name(), nvidia_smi_start=_smi())
+        env.update(gpu=torch.cuda.get_device_name(), nvidia_smi_start=smi())
     report = {"label": "CPU smoke (torch.matmul; not a GPU result)" if args.cpu_smoke
               else "H200 end to end: HF Llama stock vs tunefw.patch",
               "env": env, "model": {**sizes, "num_hidden_layers": layers, "dtype": "bf16",
@@ -258,7 +259,7 @@ def main() -> int:
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
         report["host_cost"] = host_costs(stock, patched, cuda, SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:
-        env["nvidia_smi_end"] = _smi()
+        env["nvidia_smi_end"] = smi()
     env["wall_s"] = round(_elapsed(started), 1)
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")

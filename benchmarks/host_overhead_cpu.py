@@ -4,9 +4,11 @@ A fake dispatcher returns a preallocated C, so what is timed is the layers above
 the op's registration (dispatcher keys, autograd wrapper, Python impl), ``tunefw.gemm`` and
 ``tunefw.Linear.forward``. The reference is ``nn.Linear`` / ``F.linear`` on a 1x8x8 problem
 (its compute is a few ns, so its time is its host cost). On the meta device nothing computes at
-all and tunefw.Linear takes its non-CPU path (dispatcher.gemm + bias add), the one a GPU takes;
-there compare it with the op (nn.Linear and F.linear run Python meta kernels: no reference). Alternative registrations of the same
-op are built here in their own namespace to compare them on one machine in one run:
+all and tunefw.Linear takes its non-CPU path (the dispatcher's cached plan + bias add), the one
+a GPU takes; there compare it with the fake plan alone and with ``Module.__call__`` of an
+identity forward, the floor of any module call (nn.Linear and F.linear run Python meta kernels
+there: no reference). Alternative registrations of the same op are built here in their own
+namespace to compare them on one machine in one run:
 
 - ``custom_op``: ``torch.library.custom_op`` + register_fake + register_autograd (tunefw before)
 - ``library``: ``torch.library.Library`` define + CPU/CUDA impl + register_fake + register_autograd
@@ -41,13 +43,30 @@ REPEAT = 11
 
 
 class FakeDispatcher:
-    """Returns one preallocated C: what is left is the host cost of the layers above it."""
+    """Returns one preallocated C: what is left is the host cost of the layers above it. Its
+    plan (what tunefw.Linear calls on a non-CPU device, a kernel route) is cached for every
+    shape, as the Dispatcher's is after a shape's first call."""
 
     def __init__(self, c: torch.Tensor) -> None:
         self.c = c
 
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return self.c
+
+    def plan(self, a: torch.Tensor, b: torch.Tensor, lead: tuple | None = None) -> torch.Tensor:
+        return self.c
+
+    def known_plan(self, x: torch.Tensor, b: torch.Tensor):
+        return self.plan
+
+    plan_for = known_plan
+
+
+class Identity(torch.nn.Module):
+    """The floor of any module call (nn.Linear's included): Module.__call__ around nothing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
 
 
 def _alternatives(fake: FakeDispatcher) -> dict:
@@ -115,12 +134,16 @@ def measure(number: int) -> dict:
     try:
         for device in ("cpu", "meta"):
             x = torch.randn(M, K, device=device)
+            x3 = x.reshape(1, M, K)  # (batch, tokens, K), as a transformers layer gets it
+            identity = Identity()
             linear = torch.nn.Linear(K, N, device=device)
             fake = FakeDispatcher(torch.empty(M, N, device=device))
             ops._state.update(dispatcher=fake, env_read=True)
             alt = _alternatives(fake) if device == "cpu" else ALT
             ALT.update(alt)
             mine = tunefw.Linear.from_linear(linear)
+            plain = torch.nn.Linear(K, N, bias=False, device=device)  # a transformers Llama's
+            plain_mine = tunefw.Linear.from_linear(plain)
             w = linear.weight
             cases = {
                 "nn.Linear": lambda: linear(x),
@@ -130,6 +153,10 @@ def measure(number: int) -> dict:
                 "torch.ops.tunefw.gemm": lambda: torch.ops.tunefw.gemm(x, w),
                 "tunefw.gemm": lambda: tunefw.gemm(x, w),
                 "tunefw.Linear": lambda: mine(x),
+                "nn.Linear, 3-D input, no bias": lambda: plain(x3),
+                "tunefw.Linear, 3-D input, no bias": lambda: plain_mine(x3),
+                "fake plan": lambda: fake.plan(x3, w, (1, M)),
+                "Module.__call__ of an identity forward": lambda: identity(x),
                 "op registered by custom_op": lambda: ALT["custom_op"](x, w),
                 "op registered by Library.impl": lambda: ALT["library"](x, w),
                 "op registered by Library.impl + Autograd key": lambda: ALT["library_ad"](x, w),

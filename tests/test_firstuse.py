@@ -11,7 +11,7 @@ import torch
 from tunefw.device import H200
 from tunefw.evaluate.method import Verdict
 from tunefw.problem import GemmProblem
-from tunefw.runtime import dispatcher as dispatcher_module, firstuse
+from tunefw.runtime import firstuse, guard
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.runtime.dispatcher import Dispatcher
 from tunefw.templates import FAMILIES
@@ -75,7 +75,7 @@ def test_a_kernel_that_fails_on_a_shape_leaves_that_shape_to_cublas_with_one_war
 
 def test_no_verification_runs_during_capture_and_explain_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(firstuse, "verify_plan", lambda plan, spec: pytest.fail("ran in capture"))
-    monkeypatch.setattr(dispatcher_module, "capturing", lambda: True)
+    monkeypatch.setattr(guard, "capturing", lambda: True)
     d = _dispatcher(tmp_path)
     d.route(2048, 4096, 4096, "bf16")
     plan = FakePlan(2048)

@@ -165,3 +165,57 @@ def test_capturing_sees_graph_capture_and_compile_tracing(monkeypatch):
     assert guard.capturing() is False
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert guard.capturing() is True
+
+
+@pytest.mark.parametrize("pair_ms, pairs", [(0.05, 10), (0.5, 5), (1.0, 2), (1.6, 1), (6.0, 1)])
+def test_the_guard_times_as_many_pairs_as_its_budget_holds(pair_ms, pairs):
+    assert guard.timed_pairs(pair_ms, budget_ms=3.0) == pairs  # one at least, ten at most
+
+
+class CudaLike(torch.Tensor):
+    """CPU storage that the dispatcher takes for an operand on CUDA device 0."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+
+class MarkedPlan(FakePlan):
+    """A fake kernel: computes nothing, returns C filled with its entry's M (so a call shows
+    which plan served it)."""
+
+    def __init__(self, entry, M, N, K):
+        super().__init__(M, N, K)
+        self.mark = float(entry.M)
+
+    def __call__(self, a, b, lead=None):
+        self.ran += 1
+        return torch.full((*(lead or (a.shape[0],)), b.shape[0]), self.mark, dtype=a.dtype)
+
+
+def test_the_graph_capture_path_with_a_fake_kernel(tmp_path, monkeypatch):
+    timed = []
+    # the guard's path alone: first-use verification (runtime/firstuse.py) has its own tests
+    d = _dispatcher(tmp_path, lambda kernel, cublas: timed.append(1) or (1.0, 2.0), verify=False)
+    built = []
+    monkeypatch.setattr(d, "_build", lambda e, M, N, K, index: built.append(MarkedPlan(e, M, N, K))
+                        or built[-1])
+    b = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
+    a = torch.zeros(300, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
+    monkeypatch.setattr(guard, "capturing", lambda: True)  # inside torch.cuda.graph(...)
+    for _ in range(2):  # first seen during capture: the table's rule, its kernel, nothing timed
+        c = d.gemm(a, b)
+        assert c.shape == (300, 4096) and torch.all(c == 2048)
+    assert timed == [] and [p.ran for p in built] == [2]  # one plan for the capture
+    assert d.route_for(a, b).path == "calibrated"
+    assert d.explain(300, 4096, 4096).endswith("the table's rule, not timed]")
+    monkeypatch.setattr(guard, "capturing", lambda: False)  # eager again, after the capture
+    assert torch.all(d.gemm(a, b) == 2048) and timed == [1]  # its own plan, timed now
+    assert [p.ran for p in built] == [2, 1]  # (a workspace zeroed eagerly, not by a replay)
+    assert d.route(300, 4096, 4096, "bf16").path == "guarded"
+    assert "not timed" not in d.explain(300, 4096, 4096)
+    monkeypatch.setattr(guard, "capturing", lambda: True)  # a later capture: the eager plan
+    assert torch.all(d.gemm(a, b) == 2048) and [p.ran for p in built] == [2, 2] and timed == [1]

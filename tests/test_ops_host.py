@@ -22,9 +22,15 @@ class Recording:
         self.calls.append((tuple(a.shape), tuple(b.shape), a.device.type))
         return torch.matmul(a, b.t()) + 1
 
+    def plan(self, a: torch.Tensor, b: torch.Tensor, lead=None) -> torch.Tensor:
+        """A plan as tunefw.Linear calls it: ``a`` as given, C shaped ``lead`` + (N,)."""
+        self.calls.append((tuple(a.shape), tuple(b.shape), a.device.type, lead))
+        c = torch.matmul(a.reshape(-1, a.shape[-1]), b.t()) + 1
+        return c if lead is None else c.reshape(*lead, b.shape[0])
+
     def plan_for(self, a: torch.Tensor, b: torch.Tensor):
         self.resolved.append(tuple(a.shape))
-        return None if self.cublas else self.gemm
+        return None if self.cublas else self.plan
 
     def known_plan(self, x: torch.Tensor, b: torch.Tensor):
         return False  # nothing cached: every call resolves (plan_for sees the 2-D shape)
@@ -108,9 +114,14 @@ def test_non_cpu_linear_goes_straight_to_the_dispatcher_without_grad(recording):
     with torch.no_grad():
         y = mine(x)
     assert (y.shape, y.device.type) == ((2, 3, 8), "meta")
-    assert recording.calls == [((6, 16), (8, 16), "meta")]  # one call, on the flattened input
+    assert recording.resolved == [(6, 16)]  # the route is resolved on the flattened rows
+    # one kernel call on x as it is, C made in x's leading shape: no reshape either side
+    assert recording.calls == [((2, 3, 16), (8, 16), "meta", (2, 3))]
+    with torch.no_grad():
+        assert mine(x[0]).shape == (3, 8) and mine(x[0, 0]).shape == (8,)
+    assert recording.calls[1:] == [((3, 16), (8, 16), "meta", None), ((16,), (8, 16), "meta", ())]
     y = mine(x)  # the weight requires grad: the op (its Meta kernel), not the dispatcher
-    assert y.shape == (2, 3, 8) and y.requires_grad and len(recording.calls) == 1
+    assert y.shape == (2, 3, 8) and y.requires_grad and len(recording.calls) == 3
 
 
 def test_a_cublas_route_is_nn_linears_own_call_with_the_bias_fused(recording, monkeypatch):

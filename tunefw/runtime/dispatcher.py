@@ -39,7 +39,8 @@ from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.runtime import firstuse
-from tunefw.runtime.guard import Guard, Timer, capturing
+from tunefw.runtime import guard as guard_module
+from tunefw.runtime.guard import Guard, Timer
 from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
 from tunefw.runtime.rules import Route, shape as _shape
 from tunefw.runtime.shipped import read_manifest
@@ -98,6 +99,7 @@ class Dispatcher:
         self._gpu = gpu
         self._lock = threading.RLock()
         self._plans: dict[tuple, Plan | None] = {}
+        self._captured: dict[tuple, Plan | None] = {}  # plans first built during a capture
         self._routes: dict[tuple, Route] = {}
         self._devices: dict[int | None, DeviceState] = {}
         self._failed: dict[str, str] = {}  # name expression -> why its kernel is unavailable
@@ -143,10 +145,14 @@ class Dispatcher:
 
     # ---- choosing ----------------------------------------------------------------------------
     def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
-        """Build (once, under the lock) the plan for a key; None means torch.matmul."""
+        """Build (once, under the lock) the plan for a key; None means torch.matmul. A plan first
+        built during CUDA-graph capture or tracing serves only captures: its workspace is zeroed
+        when the graph replays, and its route was not timed, so eager calls build their own."""
+        during = guard_module.capturing()  # looked up when called: tests stand in for it
+        plans = self._captured if during and key not in self._plans else self._plans
         with self._lock:
-            if key in self._plans:
-                return self._plans[key]
+            if key in plans:
+                return plans[key]
             plan = None
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
                     and a.dtype == b.dtype and a.get_device() == b.get_device():
@@ -158,7 +164,7 @@ class Dispatcher:
                         plan = self._verified(plan, dev)
                     if plan is not None and _servable(a, b):
                         plan = self._first_call(route, plan, a, b, dev)
-            self._plans[key] = plan
+            plans[key] = plan
             return plan
 
     def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
@@ -186,7 +192,7 @@ class Dispatcher:
         if not self._verify:
             return plan
         where = (f"{plan.problem.M}x{plan.problem.N}x{plan.problem.K}:{plan.problem.dtype}", dev.index)
-        if capturing():
+        if guard_module.capturing():
             self._unverified[where] = ("first seen during CUDA-graph capture or torch.compile "
                                        "tracing: not verified")
             return plan

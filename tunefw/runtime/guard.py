@@ -1,8 +1,8 @@
 """The first-call guard: a non-exact route is timed against cuBLAS before it is trusted.
 
 The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves
-times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, a few
-ms at most) and keeps the faster. The decision is remembered for the process and in a small
+times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
+3 ms; two kernel + cuBLAS pairs where one pair alone takes longer) and keeps the faster. The decision is remembered for the process and in a small
 persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint and the shape, so a
 changed table or another GPU never reuses it. Under CUDA-graph capture or torch.compile tracing
 nothing is timed: a stored decision is used if there is one, else the table's rule.
@@ -137,8 +137,17 @@ def decide(timer: Timer, kernel: Callable[[], object], cublas: Callable[[], obje
     return Decision(ratio >= min_ratio, ratio, kernel_ms, cublas_ms)
 
 
+def timed_pairs(first_pair_ms: float, budget_ms: float, most: int = 10) -> int:
+    """Timed (kernel, cuBLAS) pairs after the sizing pair: as many as fit in what is left of
+    ``budget_ms`` (at most ``most``), and one where not even that fits (a GEMM of a few ms)."""
+    left = budget_ms - first_pair_ms
+    return max(1, min(most, int(left / max(first_pair_ms, 1e-3))))
+
+
 def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
-    """Interleaved CUDA-event timing (L2 flushed before each launch) within about ``budget_ms``."""
+    """Interleaved CUDA-event timing (L2 flushed before each launch) within about ``budget_ms``:
+    one untimed sizing pair (it also absorbs a freshly loaded kernel's first launch), then
+    timed_pairs() pairs. The flush buffer is allocated once, when the timer is made."""
     import torch
 
     from tunefw.evaluate import method
@@ -147,7 +156,7 @@ def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
 
     def timer(kernel: Callable[[], object], cublas: Callable[[], object]) -> tuple[float, float]:
         first = method.time_each([kernel, cublas], flush, torch.cuda.synchronize)
-        pairs = max(3, min(10, int(budget_ms / max(sum(first), 1e-3))))
+        pairs = timed_pairs(sum(first), budget_ms)
         times = method.time_each([kernel, cublas] * pairs, flush, torch.cuda.synchronize)
         return statistics.median(times[0::2]), statistics.median(times[1::2])
 
@@ -165,6 +174,16 @@ class Guard:
         self.cache = DecisionCache(path)
         self.hash = table_hash(table)
         self.untimed: dict[str, str] = {}  # shape key -> why it was not timed
+        self._timers: dict[int, Timer] = {}  # CUDA device index -> its cuda_timer
+
+    def _device_timer(self, gpu: DeviceSpec) -> Timer:
+        """The current device's timer, made once (its L2 flush buffer is allocated once)."""
+        import torch
+
+        index = torch.cuda.current_device()
+        if index not in self._timers:
+            self._timers[index] = cuda_timer(gpu.l2_bytes)
+        return self._timers[index]
 
     def applies(self, route, problem) -> bool:
         """Whether the route needs the guard: a kernel served by a non-exact rule that has no
@@ -195,8 +214,9 @@ class Guard:
             self.untimed[problem.key()] = ("first seen during CUDA-graph capture or torch.compile "
                                            "tracing: the table's rule, not timed")
             return route
-        timer = self.timer or cuda_timer(gpu.l2_bytes)
-        decision = decide(timer, kernel, cublas, self.table.evidence_min_ratio)
+        decision = decide(self.timer or self._device_timer(gpu), kernel, cublas,
+                          self.table.evidence_min_ratio)
+        self.untimed.pop(problem.key(), None)  # first seen in a capture, timed eagerly now
         self.cache.put(self._key(problem, gpu), decision)
         return self._route(route, decision)
 

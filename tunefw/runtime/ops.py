@@ -107,10 +107,11 @@ class Linear(torch.nn.Linear):
 
     Eager calls skip the op layer: CPU tensors (and every tensor without a table) go to
     ``F.linear``, exactly as ``nn.Linear``; other tensors that record no grad go straight to the
-    dispatcher's plan (cached per shape, dtype and device), and a shape it routes to cuBLAS to
-    ``F.linear`` again: no more host time than nn.Linear (hf_llama_h200.json measured the
-    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode). Under torch.compile, a dispatch
-    mode, or with grad to record on a GPU, the op is called.
+    dispatcher's plan (cached per shape, dtype and device; the kernel reads a 3-D input's rows
+    and writes C in its shape, no reshape either side), and a shape it routes to cuBLAS to
+    ``F.linear`` again, bias fused (hf_llama_before_route_fix_h200.json measured the
+    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode). Under
+    torch.compile, a dispatch mode, or with grad to record on a GPU, the op is called.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,18 +121,16 @@ class Linear(torch.nn.Linear):
             if dispatcher is None or x.is_cpu:  # what the dispatcher would do, bias fused
                 return _linear(x, w, bias)
             if not _records_grad(x, w):
-                plan = dispatcher.known_plan(x, w)  # before the reshape, which a cuBLAS route skips
-                if plan is None:
-                    return _linear(x, w, bias)
-                x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
-                if plan is False:
-                    plan = dispatcher.plan_for(x2, w)
-                y = plan(x2, w) if plan is not None else None
+                plan = dispatcher.known_plan(x, w)  # by x's rows: no reshape to ask
+                if plan is False:  # the shape's first call: the route is resolved on 2-D rows
+                    plan = dispatcher.plan_for(x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), w)
+                # the kernel reads x's rows and writes C in x's leading shape: no reshapes
+                y = None if plan is None else plan(x, w) if x.dim() == 2 else plan(x, w, x.shape[:-1])
                 if y is None:  # a cuBLAS route: nn.Linear's own call, bias fused by cuBLAS
                     return _linear(x, w, bias)
                 if bias is not None:
                     y.add_(bias)  # the kernel's C is a fresh tensor: add in place
-                return y if x.dim() == 2 else y.reshape(x.shape[:-1] + (self.out_features,))
+                return y
         y = _GEMM(x.reshape(-1, x.shape[-1]), w)
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y + bias if bias is not None else y

@@ -110,14 +110,18 @@ class Plan:
             raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
                                                f"{self.problem.key()}")
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, lead: tuple[int, ...] | None = None
+                 ) -> torch.Tensor | None:
         """C for operands of this plan's shape, or None when the kernel cannot read them
-        (misaligned or not contiguous): the caller then uses torch.matmul."""
+        (misaligned or not contiguous): the caller then uses torch.matmul. ``lead``: C's leading
+        dimensions (their product is M; default (M,)), for an ``a`` of any rank whose rows are
+        M x K in memory: a 3-D input gets its 3-D C without a reshape on either side."""
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
             return None
         # Sizes as separate ints: parsing them costs less than a shape tuple, on the hot path.
-        c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
+        c = (torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device) if lead is None
+             else torch.empty(*lead, self._n, dtype=self._out_dtype, device=self._device))
         c_ptr = c.data_ptr()
         packed = self._args.get((a_ptr, b_ptr, c_ptr))
         params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)

@@ -1,0 +1,189 @@
+"""The CPU side of the model-table GPU run (benchmarks/model_table_h200.py and
+dispatch_guard_h200.py): the study the committed Llama-3-8B config gives, the shapes the dispatch
+acceptance serves and calibrates, its verdicts, and the phases' budget and resumption."""
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import invoke_cli
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import dispatch_guard_h200 as guard  # noqa: E402
+import model_table_h200 as mt  # noqa: E402
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable  # noqa: E402
+from tunefw.templates import FAMILIES  # noqa: E402
+
+CONFIG = REPO / mt.DEFAULTS["model"]
+GRID = (1, 16, 64, 512, 2048)
+HF_LAYERS = {(4096, 4096): "q_proj-o_proj", (1024, 4096): "k_proj-v_proj",
+             (14336, 4096): "gate_proj-up_proj", (4096, 14336): "down_proj",
+             (128256, 4096): "lm_head"}
+
+
+def _table(layers=HF_LAYERS, grid=GRID) -> DispatchTable:
+    config = FAMILIES["wgmma_sm90"].default_config()
+    entries = [DispatchEntry(m, n, k, "bf16", "TN", "wgmma_sm90", config, 500.0, 450.0, i, label=label)
+               for i, ((n, k), label) in enumerate(layers.items()) for m in grid]
+    return DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries)
+
+
+def test_the_committed_config_gives_every_gemm_the_hf_benchmark_runs():
+    pytest.importorskip("transformers", reason="needs transformers (pip install 'tunefw[hf]')")
+    from hf_llama_h200 import DECODE_BATCHES, PREFILL_TOKENS, linear_shapes
+    from hf_llama_steps import LLAMA3_8B, build_model
+    from tunefw.study.model_shapes import model_shapes
+
+    found = model_shapes(CONFIG, mt.DEFAULTS["m_grid"])
+    assert {(s.N, s.K): s.label for s in found.shapes} == HF_LAYERS and not found.invalid
+    bench = build_model(LLAMA3_8B, 2, torch.device("meta"))  # the benchmark's own model
+    assert set(linear_shapes(bench)) == set(HF_LAYERS)
+    problems = {(p["M"], p["N"], p["K"]) for p in found.problems()}
+    lm_head = (LLAMA3_8B["vocab_size"], 4096)
+    served = {(b, n, k) for b in DECODE_BATCHES for n, k in HF_LAYERS}  # decode: M = batch
+    served |= {(t if (n, k) != lm_head else 1, n, k) for t in PREFILL_TOKENS for n, k in HF_LAYERS}
+    assert served <= problems  # every case's GEMM is an exact entry of the study
+
+
+def test_the_study_command_creates_the_models_problems_with_the_decode_families(db_url):
+    pytest.importorskip("transformers", reason="needs transformers (pip install 'tunefw[hf]')")
+    args = mt.parse_args([])
+    cmd = mt.commands(args, mt.State(Path("unused")), 300)["study"]
+    made = invoke_cli(*cmd[cmd.index("study"):], db=db_url, cwd=REPO)
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(invoke_cli("study", "show", args.study, "--json", db=db_url).stdout)
+    assert {(p["M"], p["N"], p["K"]) for p in shown["problems"]} == {
+        (m, n, k) for n, k in HF_LAYERS for m in GRID}
+    from tunefw.store import open_store
+    from tunefw.store import queries as q
+    with open_store(db_url).session() as s:
+        spec = q.get_study(s, args.study).spec
+    assert (spec["families"], spec["trials"], spec["confirm_top"]) == (list(mt.FAMILIES), 24, 2)
+
+
+def test_untuned_shapes_span_m_and_other_models_and_calibration_never_measures_them():
+    table = _table()
+    shapes = guard.plan_shapes(table)
+    layer = [s for s in shapes if s["kind"] == "layer"]
+    other = [s for s in shapes if s["kind"] == "other model"]
+    assert len(layer) >= 40 and len(other) == 8
+    assert not {(s["M"], s["N"], s["K"]) for s in shapes} & {(e.M, e.N, e.K) for e in table.entries}
+    assert {s["M"] for s in layer} >= {3, 7, 33, 129, 1025, 4097, 8192}  # odd M, up to 8192
+    assert max(s["M"] for s in layer if s["N"] == 128256) == guard.WIDE_MAX_M  # lm_head: decode M
+    assert not {(o["N"], o["K"]) for o in other} & set(HF_LAYERS)
+    cal = guard.calibration_shapes(table)
+    keys = {(s["M"], s["N"], s["K"]) for s in cal}
+    assert not keys & {(s["M"], s["N"], s["K"]) for s in shapes}
+    assert {(m, 4096, 4096) for m in (2, 4, 15, 17, 181, 513, 2047, 4096)} <= keys
+    assert {(m, 6144, 4096) for m in GRID} <= keys  # another model's layer at the tuned M
+    # The fused layout's table gets the unfused layers as its other models
+    fused = guard.plan_shapes(_table({(6144, 4096): "qkv", (4096, 4096): "o_proj",
+                                      (28672, 4096): "gate_up", (4096, 14336): "down"}))
+    assert {(s["N"], s["K"]) for s in fused if s["kind"] == "other model"} == {
+        (1024, 4096), (14336, 4096), (3584, 3584), (3584, 18944)}
+
+
+def _rows(ratio=1.05, guard_ms=1.0, wrong=False):
+    row = {"M": 3, "N": 4096, "K": 4096, "ratio": ratio, "guard_ms": guard_ms, "guard_pair_ms": 0.1,
+           "wrong": wrong}
+    fast = {**row, "M": 5, "ratio": 1.05, "guard_ms": 1.0, "wrong": False}
+    on = [row] + [fast] * (guard.MIN_UNTUNED - 1)
+    return {"guard_on": on, "guard_off": [{**r, "same_route_as_guard_on": True} for r in on],
+            "exact": [{"M": 16, "N": 4096, "K": 4096, "ratio_to_confirmed": 0.99}],
+            "compile": [{"M": 3, "N": 4096, "K": 4096, "wrong": False}],
+            "graph": [{"M": 3, "N": 4096, "K": 4096, "wrong": False}]}
+
+
+def test_the_summary_passes_only_what_the_issue_asks():
+    assert guard.summarize(_rows())["all"]
+    slow = guard.summarize(_rows(ratio=0.96))
+    assert not slow["untuned_never_slower"]["ok"] and slow["untuned_never_slower"]["below"] == [
+        "3x4096x4096 0.960"]
+    assert not slow["all"] and slow["untuned_geomean"]["ok"]  # 47 at 1.05x and one at 0.96x
+    few = _rows()
+    few["guard_on"] = few["guard_on"][:-1]  # a shape short of the issue's 48
+    assert not guard.summarize(few)["untuned_never_slower"]["ok"]
+    even = guard.summarize(_rows())["untuned_geomean"]
+    assert even["ok"] and abs(even["geomean"] - 1.05) < 1e-9
+    costly = guard.summarize(_rows(guard_ms=3.5))["guard_cost"]
+    assert not costly["ok"] and costly["over"] == ["3x4096x4096 3.50 ms (pair 0.10)"]
+    wrong = guard.summarize(_rows(wrong=True))["correct_everywhere"]
+    assert not wrong["ok"] and wrong["wrong"]["guard_on"] == ["3x4096x4096"]
+    rows = _rows()
+    rows["exact"][0]["ratio_to_confirmed"] = 0.97
+    rows["graph"] = [{"M": 3, "N": 4096, "K": 4096, "wrong": True, "error": "RuntimeError: x"}]
+    summary = guard.summarize(rows)
+    assert not summary["exact_at_tuned_speed"]["ok"] and not summary["correct_everywhere"]["ok"]
+    assert summary["correct_everywhere"]["errors"] == ["graph 3x4096x4096: RuntimeError: x"]
+
+
+def test_each_shape_s_failure_or_the_deadline_is_a_row_not_the_end():
+    def measure(i, s):
+        if s["M"] == 2:
+            raise RuntimeError("CUDA error: an illegal memory access\nmore")
+        return {**s, "ratio": 1.0}
+
+    shapes = [{"M": m, "N": 8, "K": 8} for m in (1, 2, 3)]
+    assert guard.each(shapes, measure) == [
+        {"M": 1, "N": 8, "K": 8, "ratio": 1.0},
+        {"M": 2, "N": 8, "K": 8, "wrong": True, "error": "RuntimeError: CUDA error: an illegal memory access"},
+        {"M": 3, "N": 8, "K": 8, "ratio": 1.0}]
+    assert [r.get("skipped") for r in guard.each(shapes, measure, deadline=0.0)] == ["time budget"] * 3
+
+
+def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, monkeypatch):
+    calls, killed = [], []
+
+    def fake_call(cmd, cwd, timeout):
+        calls.append(cmd)
+        if "launch" in cmd and killed == []:  # the first sweep outruns the run's budget
+            killed.append(timeout)
+            raise mt.subprocess.TimeoutExpired(cmd, timeout)
+        return 0
+
+    monkeypatch.setattr(mt.subprocess, "call", fake_call)
+    monkeypatch.setattr(mt, "sweep_done", lambda state, study: True)
+    monkeypatch.setattr(mt, "sweep_figures", lambda state, study: {"rows": [], "trials": 600})
+    monkeypatch.setattr(mt, "export_phase", lambda cmd, state, timeout: {"entries": 25})
+    monkeypatch.setattr(mt, "calibration_figures", lambda state: {"measured": 80})
+    out, tar = tmp_path / "out", mt.state_tar("hf_llama3_8b")
+    run = lambda name, budget, resume: mt.main([  # noqa: E731
+        "--state-dir", str(tmp_path / name), "--out", str(out / name), "--resume", str(resume),
+        "--commit", "abc", "--budget-s", str(budget)])
+    assert run("a", 200, tmp_path / "none.tar.gz") == 3  # the sweep needs 240 s: run again
+    assert [c[c.index("--db") + 2] for c in calls] == ["study"]
+    report = json.loads((out / "a" / "model_table_hf_llama3_8b_h200.json").read_text())
+    assert list(report["phases"]) == ["study"] and not report["finished"]
+    with pytest.raises(SystemExit, match="phase sweep: stopped at this run's budget"):
+        run("b", 300, out / "a" / tar)  # resumed: no study create again
+    assert [c[c.index("--db") + 2] for c in calls[1:]] == ["launch"] and killed[0] <= 300 - mt.PACK_S
+    with tarfile.open(out / "b" / tar) as f:  # packed even so
+        assert "phases.json" in f.getnames()
+    calls.clear()
+    assert run("c", 600, out / "b" / tar) == 0
+    assert [c[c.index("--db") + 2] if "--db" in c else Path(c[1]).name for c in calls] == [
+        "launch", "hf_llama_h200.py", "dispatch", "dispatch_guard_h200.py"]
+    guard_cmd = calls[3]
+    assert guard_cmd[guard_cmd.index("--commit") + 1] == "abc"
+    assert float(guard_cmd[guard_cmd.index("--budget-s") + 1]) <= 240
+    again = json.loads((out / "c" / "model_table_hf_llama3_8b_h200.json").read_text())
+    assert again["finished"] and len(again["runs"]) == 3 and list(again["phases"]) == list(mt.PHASES)
+
+
+def test_a_study_file_and_a_choice_of_phases():
+    args = mt.parse_args(["--study-file", "studies/llama3_8b.yaml", "--study", "llama3_8b",
+                          "--phases", "guard,study,sweep"])
+    assert args.phases == ["study", "sweep", "guard"]  # run in the phases' own order
+    assert (args.resume.name, args.state_dir) == ("llama3_8b_state.tar.gz", Path("/tmp/llama3_8b"))
+    cmd = mt.commands(args, mt.State(Path("unused")), 300)["study"]
+    assert cmd[cmd.index("create"):cmd.index("create") + 4] == [
+        "create", "llama3_8b", "--from", "studies/llama3_8b.yaml"] and "--from-model" not in cmd
+    with pytest.raises(SystemExit):
+        mt.parse_args(["--phases", "sweep,plot"])

@@ -120,9 +120,11 @@ class ProblemSearch:
         if isinstance(sampler, ScreenedTPE):
             sampler.screen = lambda samples: screen_candidates(samples, self.families,
                                                                self.problem, self.device, known)
-            sampler.missed = False
         elif isinstance(sampler, RemoteTPE):
             sampler.known = known
+        screened = isinstance(sampler, (ScreenedTPE, RemoteTPE))
+        if screened:
+            sampler.missed = False
         trial = self.study.ask()
         fam_name = (trial.suggest_categorical(FAMILY_PARAM, self.families)
                     if len(self.families) > 1 else self.families[0])
@@ -132,7 +134,7 @@ class ProblemSearch:
         reason = family.check(config, self.problem, self.device)
         if reason is not None or key in known:
             # TPE's redraws found nothing the screen keeps: enumerate on the next ask
-            missed = isinstance(sampler, ScreenedTPE) and sampler.missed
+            missed = screened and sampler.missed
             self.stall = STALL_LIMIT if missed else self.stall + 1
         else:
             self.stall = 0
@@ -140,9 +142,10 @@ class ProblemSearch:
 
     @property
     def redraws(self) -> int:
-        """Relative draws TPE's screen refused and drew again (in-process TPE only)."""
+        """Relative draws TPE's screen refused and drew again (in this process or, for a
+        RemoteTPE, in the sampler process: it reports them with each relative sample)."""
         sampler = self.study.sampler
-        return sampler.redraws if isinstance(sampler, ScreenedTPE) else 0
+        return sampler.redraws if isinstance(sampler, (ScreenedTPE, RemoteTPE)) else 0
 
     def restore(self, recorded: list[tuple]) -> None:
         """Write back durable trials a killed launch recorded as rows but never mirrored:

@@ -10,21 +10,14 @@ from typing import Iterator
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import KernelTemplate
+from tunefw.tune.space import space_point
+
+__all__ = ["sample_space", "shuffled_valid", "space_point", "space_size"]
 
 
 def space_size(family: KernelTemplate) -> int:
     """How many points ``family.iter_space()`` yields."""
     return math.prod(len(p.values) for p in family.params)
-
-
-def space_point(family: KernelTemplate, index: int) -> dict:
-    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
-    parameter changes fastest)."""
-    values = []
-    for p in reversed(family.params):
-        index, digit = divmod(index, len(p.values))
-        values.append(p.values[digit])
-    return dict(zip(family.param_names, reversed(values)))
 
 
 def sample_space(family: KernelTemplate, rng: random.Random, k: int) -> list[dict]:

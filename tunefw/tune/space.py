@@ -8,10 +8,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates import get_family
+from tunefw.templates.base import KernelTemplate
 
 CHECKS_BUDGET = 32_768  # check() calls for a whole study (about half a second on one core)
 SAMPLE_MIN = 64  # configs drawn per family and problem, however many problems
@@ -31,6 +35,30 @@ class SpaceSize:
 def declared_size(family: str) -> int:
     """Configs the family declares: the product of its knobs' value counts."""
     return math.prod(len(p.values) for p in get_family(family).params)
+
+
+def space_point(family: KernelTemplate, index: int) -> dict:
+    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
+    parameter changes fastest), without listing the points before it."""
+    values = []
+    for p in reversed(family.params):
+        index, digit = divmod(index, len(p.values))
+        values.append(p.values[digit])
+    return dict(zip(family.param_names, reversed(values)))
+
+
+def uniform_order(families: Sequence[str], problem: GemmProblem, device: DeviceSpec,
+                  seed: int) -> Iterator[tuple[str, dict]]:
+    """Every valid (family, config) of the problem once, in the order of a seeded uniformly
+    random permutation of the families' joint declared space, checked only as far as the
+    caller reads: any prefix is a uniform sample without replacement of the valid space."""
+    templates = [get_family(f) for f in families]
+    offsets = np.cumsum([0] + [declared_size(f) for f in families])
+    for i in np.random.default_rng(seed).permutation(int(offsets[-1])):
+        j = int(np.searchsorted(offsets, i, side="right")) - 1
+        config = space_point(templates[j], int(i - offsets[j]))
+        if templates[j].check(config, problem, device) is None:
+            yield families[j], config
 
 
 def space_sizes(families: list[str], problems: list[GemmProblem], device: DeviceSpec,

@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
 from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS  # noqa: E402
+from sweep_h200 import commit  # noqa: E402
 from tunefw.measure.verify import Job, parse_shapes, plan, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
@@ -212,15 +212,6 @@ def run_sweep(study: Path, time_limit: float, backend: str) -> dict:
 
 
 # ---- the file ---------------------------------------------------------------------------------
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=REPO, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def compose(parts: dict, given_commit: str | None, started: float) -> dict:
     """The result file: identity, the device (from the first part that reached the GPU), parts
     and the summary."""

@@ -52,6 +52,15 @@ def space_point(family: KernelTemplate, index: int) -> dict:
     return dict(zip(family.param_names, reversed(values)))
 
 
+def space_index(family: KernelTemplate, config: dict) -> int:
+    """Where a config of the declared space stands in ``family.iter_space()`` (the inverse of
+    space_point)."""
+    index = 0
+    for p in family.params:
+        index = index * len(p.values) + p.values.index(config[p.name])
+    return index
+
+
 def uniform_order(families: Sequence[str], problem: GemmProblem, device: DeviceSpec,
                   seed: int) -> Iterator[tuple[str, dict]]:
     """Every valid (family, config) of the problem once, in the order of a seeded uniformly

@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
@@ -57,6 +58,11 @@ SWEEPS = "wgmma_sm90_h200"  # the sweeps' directory under benchmarks/sweeps/
 UNIFORM_SEED = 0
 LAUNCH_OVERHEAD_S = 45.0  # a launch's Ray start, first compile and drain beyond its time limit
 MIN_LAUNCH_S = 60.0  # no launch starts with less of the budget left than this
+# A wgmma_sm90 trial with strict checks and an anchored screen, averaged over the five shapes
+# (the pipeline keeps them level): ~8/s at 4096^3 (9.1 measured for mma_sm80), ~4/s at
+# 8192x28672x4096, ~3.5/s at M <= 128 (the decode sweeps' 3.4-3.6, timed as CUDA graphs too),
+# ~6/s at 257x4096x4096: a harmonic mean of about 4.5 a GPU
+EST_TRIALS_PER_S_PER_GPU = 4.5
 SMI_FIELDS = ("index", "name", "uuid", "driver_version", "clocks.sm", "clocks.mem",
               "clocks.max.sm", "clocks.max.mem", "power.draw", "power.limit", "temperature.gpu")
 
@@ -163,11 +169,20 @@ def pack(db: Path, out: Path) -> Path:
     return target
 
 
-def run_call(db: str, db_path: Path, parts: list[Part], args: argparse.Namespace,
-             out: Path, log: Path, started: float) -> list[dict]:
-    """Launch each part with work left while the budget lasts; the state is written back after
-    each launch (a call cut short keeps what its finished launches measured)."""
-    launches = []
+def estimate_s(left: int, gpus: int, calls: list[dict]) -> float:
+    """Seconds of search the trials left need: at the last measured launch's trials/s, else
+    at EST_TRIALS_PER_S_PER_GPU a GPU."""
+    rates = [launch["trials_per_s"] for c in calls for launch in c.get("launches", [])
+             if launch.get("trials_per_s") and c.get("backend") == "cuda"]
+    return left / (rates[-1] if rates else EST_TRIALS_PER_S_PER_GPU * gpus)
+
+
+def run_call(db: str, parts: list[Part], args: argparse.Namespace, log: Path, started: float,
+             call: dict, save: Callable[[], None]) -> None:
+    """Launch each part with work left while the budget lasts, each launch's figures added to
+    the call; save() writes the state back after each (a call cut short keeps what its
+    finished launches measured)."""
+    launches = call.setdefault("launches", [])
     for part in parts:
         left, before = progress(db, part)
         if not left:
@@ -193,12 +208,11 @@ def run_call(db: str, db_path: Path, parts: list[Part], args: argparse.Namespace
                          "seconds": round(time.monotonic() - t0, 1), "evaluated_before": before,
                          "evaluated_after": after, "trials_per_s": stats.get("trials_per_s"),
                          "gpu_busy_mean": stats.get("gpu_busy_mean")})
-        pack(db_path, out)
+        save()
         print(f"{part.study}: rc {rc}, evaluated {before} -> {after} in "
               f"{launches[-1]['seconds']} s ({stats.get('trials_per_s') or 0:.1f} trials/s)")
         if rc != 0:
             break
-    return launches
 
 
 def export(db: str, parts: list[Part], dest: Path, source: str) -> dict[str, list[Path]]:
@@ -278,15 +292,23 @@ def main(argv: list[str] | None = None) -> int:
                 "started_utc": _utc(), "gpus": args.gpus, "backend": args.backend,
                 "budget_s": args.budget_s, "clocks_start": gpu_clocks(),
                 "parts": [asdict(p) for p in parts]}
+        calls.append(call)
+
+        def save() -> None:
+            pack(db_path, out)
+            (out / CALLS).write_text(json.dumps(calls, indent=1) + "\n")
+
         for part in parts:
             ensure_study(db, part, args.study_file, args.confirm_top, log)
+        left = sum(p.trials * problems - progress(db, p)[1] for p in parts)
+        print(f"call {call['call']}: {left} trials left, about "
+              f"{estimate_s(left, args.gpus, calls):.0f} s of search on {args.gpus} GPU(s) "
+              f"(+{LAUNCH_OVERHEAD_S:.0f} s a launch); this call's budget {args.budget_s:.0f} s")
         chosen = [p for p in parts if not args.only or p.subdir in args.only.split(",")]
-        call["launches"] = run_call(db, db_path, chosen, args, out, log, started)
+        run_call(db, chosen, args, log, started, call, save)
         call.update(ended_utc=_utc(), clocks_end=gpu_clocks(),
                     complete=not any(progress(db, p)[0] for p in parts))
-        calls.append(call)
-        pack(db_path, out)
-        (out / CALLS).write_text(json.dumps(calls, indent=1) + "\n")
+        save()
         if not call["complete"]:
             left = sum(p.trials * problems - progress(db, p)[1] for p in parts)
             print(f"not complete ({left} trials left): copy {PACKED} and {CALLS} from {out} "

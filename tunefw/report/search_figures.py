@@ -116,8 +116,9 @@ def search_eval_figure(result: dict) -> bytes:
                     color=SAMPLER_COLOURS.get(name, WIN))
         ax.axhline(0.98, color=LOSS, linestyle=":", linewidth=1, label="within 2%")
         ax.set_xscale("log", base=2)
-        ax.set_xticks(result["budgets"], [str(b) for b in result["budgets"]], fontsize=7)
-        ax.set_title(f"{e['label'] or e['problem'].split(':')[0]} ({e['space']} configs)",
+        ticks = sorted({1, 4, *result["budgets"]})
+        ax.set_xticks(ticks, [str(b) for b in ticks], fontsize=7)
+        ax.set_title(f"{e['problem'].split(':')[0]} {e['label']} ({e['space']} configs)",
                      fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes[-COLUMNS:]:

@@ -31,6 +31,16 @@ from tunefw.study.spec import load_study_file
 SCRIPT = "benchmarks/sweep_h200.py"
 
 
+def commit() -> str | None:
+    """The checkout's commit (None where the tree has no git metadata: pass --commit)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def tunefw(db: str, *args: str) -> int:
     """The CLI, as a user runs it."""
     return subprocess.call([sys.executable, "-m", "tunefw", "--db", db, *args])

@@ -30,6 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
 import gpu_result  # noqa: E402
 from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS  # noqa: E402
+from sweep_h200 import commit  # noqa: E402
 from tunefw.measure.verify import Job, parse_shapes, plan, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402

@@ -11,6 +11,8 @@ from tunefw.problem import GemmProblem
 from tunefw.templates.base import KernelTemplate
 from tunefw.tune.space import space_point, space_size
 
+__all__ = ["sample_space", "shuffled_valid", "space_point", "space_size"]
+
 
 def sample_space(family: KernelTemplate, rng: random.Random, k: int) -> list[dict]:
     """What ``rng.sample(list(family.iter_space()), k)`` returns (sample draws by index only)."""

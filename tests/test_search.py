@@ -212,3 +212,36 @@ def test_asker_threads_share_the_problems_and_fill_each():
         assert all(prop.invalid_reason is None for prop in st.ready)
     rejected = asker.drain_rejected()
     assert asker.asks >= 12 + len(rejected)  # each ask became ready, rejected or a repeat
+
+
+def test_a_sampler_process_reports_its_screen_redraws_and_misses():
+    """The redraws and the missed flag of TPE's screen live in the sampler process: the driver's
+    search reads them as from an in-process TPE (launch stats' screen_redraws; the fallback to
+    the shuffled valid space after a miss)."""
+    from tunefw.tune.sampler_host import SamplerHost
+    from tunefw.tune.search import STALL_LIMIT
+
+    problem = GemmProblem(1, 64, 64)
+    valid = [config_key(f, c) for f, c in enumerate_valid(["stream_sm90"], problem, H200)]
+    assert len(valid) > 50
+
+    def run(host):
+        search = ProblemSearch(optuna.storages.InMemoryStorage(), "t", "tpe", 0,
+                               ["stream_sm90"], problem, H200, host=host)
+        known, keys, stalls = set(valid[6:]), [], []  # all but six valid configs measured
+        while (prop := search.ask(known)) is not None:  # to the last valid config
+            ok = prop.invalid_reason is None and prop.key not in known
+            keys.append(prop.key)
+            stalls.append(search.stall)
+            search.tell(prop.trial, float(prop.config["STAGES"]) if ok else None)
+            known.add(prop.key)
+        return keys, stalls, search.redraws, known >= set(valid)
+
+    host = SamplerHost()
+    try:
+        remote = run(host)
+    finally:
+        host.close()
+    local = run(None)
+    assert remote == local
+    assert local[2] > 0 and STALL_LIMIT in local[1] and local[3]  # drew again, missed, ended

@@ -33,6 +33,29 @@ def test_grid_over_recorded_configs_recovers_recorded_best():
     assert set(run.values) <= set(ratios.values())
 
 
+def test_the_grid_drawn_directly_is_the_search_s_grid_over_the_recorded_configs():
+    import optuna
+
+    from tunefw.device import H200
+    from tunefw.tune.search import ProblemSearch
+
+    sweep = read_sweep(DECODE)
+    rows = {r.key: r for r in sweep.measured()}
+    search = ProblemSearch(optuna.storages.InMemoryStorage(), "g", "grid", 0,
+                           sorted(sweep.header["space_hashes"]), sweep.problem, H200)
+    asked: list[str] = []
+
+    class Known:  # measured, or not recorded
+        def __contains__(self, key):
+            return key in asked or key not in rows
+
+    while (prop := search.ask(Known())) is not None:
+        asked.append(prop.key)
+        search.tell(prop.trial, rows[prop.key].ratio)
+    assert len(asked) == 40
+    assert run_search(sweep, "grid", 0, 128).values == [rows[k].ratio for k in asked]
+
+
 def test_random_is_a_permutation_of_the_recorded_configs_seeds_first():
     sweep = read_sweep(DECODE)
     runs = [run_search(sweep, "random", seed, 128) for seed in range(3)]

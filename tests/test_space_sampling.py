@@ -38,7 +38,7 @@ def test_random_valid_configs_are_each_valid_config_once_in_a_seeded_order():
     drawn = list(random_valid(family, random.Random(7), problem, H200))
     assert sorted(map(str, drawn)) == sorted(map(str, valid)) and drawn != valid
     assert list(itertools.islice(random_valid(family, random.Random(7), problem, H200), 9)) == drawn[:9]
-    wgmma = get_family("wgmma_sm90")  # 3.3M points: a few draws, not a listing
+    wgmma = get_family("wgmma_sm90")  # ~8M points: a few draws checked, not a listing
     big = GemmProblem(4096, 4096, 4096)
     first = list(itertools.islice(random_valid(wgmma, random.Random(1), big, H200), 5))
     assert len({str(c) for c in first}) == 5

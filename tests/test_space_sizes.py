@@ -48,3 +48,12 @@ def test_every_problem_gets_at_least_the_minimum_sample(monkeypatch):
     sizes = space_sizes(["mma_sm80", "wgmma_sm90"], [SQUARE, DECODE], H200)
     assert [s.sampled for s in sizes] == [space.SAMPLE_MIN] * 2
     assert all(len(s.valid) == 2 and all(0 <= v <= s.declared for v in s.valid) for s in sizes)
+
+
+def test_count_valid_is_exact_in_chunks_and_processes():
+    from tunefw.tune.space import count_valid
+    families = ["stream_sm90", "rows_sm90"]
+    exact = sum(_exact(f, DECODE) for f in families)
+    assert count_valid(families, DECODE, H200, processes=1, chunk=1000) == exact
+    assert count_valid(families, DECODE, H200, processes=2, chunk=700) == exact  # 2 spawned
+    assert count_valid(["stream_sm90"], SQUARE, H200) == 0

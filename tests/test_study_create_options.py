@@ -65,5 +65,5 @@ def test_metavars_read_as_words():
     assert {k: options[k] for k in ("--from", "--shape", "--family", "--trials", "--sampler",
                                     "--dtype", "--seed", "--timeout", "--confirm-top")} == {
         "--from": "FILE", "--shape": "MxNxK", "--family": "FAMILY", "--trials": "N",
-        "--sampler": "tpe|random|grid|cmaes", "--dtype": "bf16|fp16", "--seed": "N",
+        "--sampler": "tpe|random|grid|uniform|cmaes", "--dtype": "bf16|fp16", "--seed": "N",
         "--timeout": "SECONDS", "--confirm-top": "N"}

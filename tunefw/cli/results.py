@@ -99,6 +99,12 @@ def search_eval_cmd(
     seeds: int = typer.Option(20, "--seeds", help="Seeded runs per sweep and sampler."),
     budgets: str = typer.Option("16,32,64,128", "--budgets", help="Comma-separated budgets."),
     out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+    merge: bool = typer.Option(False, "--merge", help="Search the sweeps of one problem (a "
+                               "uniform sample and TPE runs of it) as one: their union."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", metavar="PNG",
+                                             help="Write the convergence plot here."),
+    jobs: int = typer.Option(1, "--jobs", metavar="N",
+                             help="Processes the seeded runs share (the same results)."),
 ) -> None:
     """Offline: trials each sampler needs to reach 1/2/5% of a recorded sweep's best."""
     from tunefw.export.files import write_atomic
@@ -108,7 +114,8 @@ def search_eval_cmd(
     except ValueError:
         raise UserError(f"--budgets {budgets!r}: expected comma-separated integers") from None
     result = search_eval([str(p) for p in sweeps], [x.strip() for x in samplers.split(",")
-                                                    if x.strip()], seeds, budget_list)
+                                                    if x.strip()], seeds, budget_list,
+                         merge=merge, jobs=jobs)
     table = Table("sweep", "space", "sampler", *(f"trials to {t}" for t in result["thresholds"]),
                   *(f"best@{b}" for b in result["budgets"]),
                   title=f"search-eval: median over {seeds} seeds")
@@ -123,6 +130,9 @@ def search_eval_cmd(
         out.print(f"skipped {skip['path']}: {skip['reason']}", markup=False)
     if out_path:
         write_atomic(out_path, json.dumps(result, indent=2) + "\n")
+    if plot_path:
+        from tunefw.report.search_figures import search_eval_figure
+        write_atomic(plot_path, search_eval_figure(result))
 
 
 def report_cmd(

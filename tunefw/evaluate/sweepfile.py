@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunefw.errors import UserError
-from tunefw.outcome import Status
+from tunefw.outcome import Status, fingerprint_key
 from tunefw.problem import GemmProblem
 from tunefw.templates import FAMILIES, config_key, get_family
 
@@ -99,6 +100,41 @@ class Sweep:
         hashes = self.header.get("space_hashes") or {}
         return sorted(f for f, h in hashes.items()
                       if f not in FAMILIES or get_family(f).space_hash() != h)
+
+
+def _identity(sweep: Sweep) -> tuple:
+    """What recordings must share to merge: problem, timing method, spaces, device."""
+    return (sweep.header.get("problem"), sweep.method, sweep.header.get("space_hashes"),
+            fingerprint_key(sweep.header.get("fingerprint") or {}))
+
+
+def merge_sweeps(sweeps: list[Sweep]) -> Sweep:
+    """One sweep of a problem from several recordings of it (a uniform sample and seeded TPE
+    runs, say): their rows in order (the first row of a config is its outcome), the winner with
+    the best confirmed ratio, and the coverage of the union. Recordings of another problem,
+    timing method, parameter space or device are refused (one-line error)."""
+    first = sweeps[0]
+    for other in sweeps[1:]:
+        for what, a, b in zip(("problem", "method", "space", "device"), _identity(other),
+                              _identity(first)):
+            if a != b:
+                raise UserError(f"{other.path}: another {what} than {first.path}: only "
+                                "recordings of one problem on one device and space merge")
+    header = dict(first.header)
+    names = [sw.header.get("study") or "" for sw in sweeps]
+    common = os.path.commonprefix(names).rstrip("_-.")
+    winners = [sw.header["winner"] for sw in sweeps if (sw.header.get("winner") or {}).get("ratio")]
+    merged = Sweep(header, [row for sw in sweeps for row in sw.rows],
+                   " + ".join(sw.path for sw in sweeps))
+    distinct = len(merged.measured())
+    valid = (first.header.get("coverage") or {}).get("valid_space")
+    header.update(study=common or "+".join(names), merged_from=[sw.path for sw in sweeps],
+                  sampler="+".join(sorted({str(sw.header.get("sampler")) for sw in sweeps})),
+                  rows=len(merged.rows),
+                  winner=max(winners, key=lambda w: w["ratio"]) if winners else None,
+                  coverage={"distinct_measured": distinct, "valid_space": valid,
+                            "fraction": round(distinct / valid, 5) if valid else None})
+    return merged
 
 
 def problem_filename(problem: GemmProblem) -> str:

@@ -8,16 +8,17 @@ from pathlib import Path
 from tunefw.errors import UserError
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it into place; a one-line
-    UserError on failure, and no file left behind (neither ``path`` nor the temporary) then."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write text (or bytes) to a temporary file beside ``path`` and rename it into place; a
+    one-line UserError on failure, and no file left behind (neither ``path`` nor the
+    temporary) then."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a directory")
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)

@@ -2,6 +2,7 @@
 tunefw/evaluate/sweepfile.py), one per problem, with the share of the valid space each holds."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from tunefw.device import H200, DeviceSpec
@@ -12,15 +13,22 @@ from tunefw.outcome import Status, cublas_ratio
 from tunefw.problem import GemmProblem
 from tunefw.store import queries as q
 from tunefw.store.models import Winner
-from tunefw.templates import FAMILIES, config_key, get_family
-from tunefw.tune.search import enumerate_valid
+from tunefw.templates import FAMILIES, get_family
+from tunefw.tune.space import count_valid
+
+
+@functools.lru_cache(maxsize=256)
+def valid_space(families: tuple[str, ...], problem: GemmProblem, device: DeviceSpec) -> int:
+    """The valid-space size of the families for the problem (counted once per process: the
+    sweeps of several studies of one problem share it)."""
+    return count_valid(families, problem, device)
 
 
 def coverage(rows: list[SweepRow], space_hashes: dict, problem: GemmProblem,
              device: DeviceSpec = H200) -> dict:
     """Distinct valid configs measured, out of the valid space of the declared families (the
     space size only where every family's recorded space is the current declaration)."""
-    measured = {r.key for r in rows if r.outcome != Status.INVALID.value}
+    measured = {r.key: r for r in rows if r.outcome != Status.INVALID.value}
     stale = [f for f, h in space_hashes.items() if f not in FAMILIES
              or get_family(f).space_hash() != h]
     out: dict = {"distinct_measured": len(measured)}
@@ -29,10 +37,11 @@ def coverage(rows: list[SweepRow], space_hashes: dict, problem: GemmProblem,
                    note=f"recorded under an earlier space of {', '.join(stale)}: its valid-space "
                         "size is not known to this tunefw")
         return out
-    valid = {config_key(f, c) for f, c in enumerate_valid(sorted(space_hashes), problem, device)}
-    held = len(measured & valid)
-    out.update(distinct_valid=held, valid_space=len(valid),
-               fraction=round(held / len(valid), 5) if valid else None)
+    valid = valid_space(tuple(sorted(space_hashes)), problem, device)
+    held = sum(1 for r in measured.values() if r.family in space_hashes
+               and get_family(r.family).check(r.config, problem, device) is None)
+    out.update(distinct_valid=held, valid_space=valid,
+               fraction=round(held / valid, 5) if valid else None)
     return out
 
 

@@ -39,10 +39,10 @@ def parity(ax: Any, vertical: bool = False) -> None:
     line(1.0, color=PARITY, linestyle="--", linewidth=1, label="parity with cuBLAS (1.0)")
 
 
-def png_img(fig: Any, title: str, ax: Any = None) -> str:
-    """Title the figure (``ax``'s title, else the figure's suptitle) and return it as an
-    ``<img>`` holding a base64 PNG with that title as its alt text; the figure is closed. No
-    timestamp or version metadata: the same data gives the same bytes."""
+def png_bytes(fig: Any, title: str, ax: Any = None) -> bytes:
+    """Title the figure (``ax``'s title, else the figure's suptitle) and return it as PNG
+    bytes; the figure is closed. No timestamp or version metadata: the same data gives the
+    same bytes."""
     if ax is None:
         fig.suptitle(title)
     else:
@@ -50,5 +50,10 @@ def png_img(fig: Any, title: str, ax: Any = None) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     pyplot().close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
+
+
+def png_img(fig: Any, title: str, ax: Any = None) -> str:
+    """The figure as png_bytes() makes it, in an ``<img>`` (base64) with its title as alt text."""
+    data = base64.b64encode(png_bytes(fig, title, ax)).decode("ascii")
     return f'<img class="fig" alt="{html.escape(title)}" src="data:image/png;base64,{data}">'

@@ -1,4 +1,5 @@
-"""Figures of the search itself: convergence per problem, the effect of each knob, every trial."""
+"""Figures of the search itself: convergence per problem, the effect of each knob, every trial;
+and search-eval's convergence of each sampler on recorded sweeps."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,8 @@ from typing import Any
 
 from tunefw.outcome import Status
 from tunefw.report.data import ProblemReport, TrialPoint
-from tunefw.report.plot import TUNEFW, parity, png_img, pyplot, titled
+from tunefw.report.plot import (CUBLAS, LOSS, TUNEFW, WIN, parity, png_bytes, png_img, pyplot,
+                                 titled)
 from tunefw.templates import FAMILIES
 
 COLUMNS = 4
@@ -95,3 +97,35 @@ def trials_figure(problems: list[ProblemReport], families: list[str], kind: str 
     bottom.set_xlabel("trial number in the study (order written)")
     return png_img(fig, titled(f"all {len(trials)} evaluated trials: ratio by family, "
                                + ("failures below" if failures else "none failed"), kind), top)
+
+
+SAMPLER_COLOURS = {"tpe": TUNEFW, "random": CUBLAS, "grid": "#ef6c00", "cmaes": "#6a1b9a"}
+
+
+def search_eval_figure(result: dict) -> bytes:
+    """search-eval's convergence as a PNG: per sweep, each sampler's median best ratio after n
+    evaluated trials relative to the sweep's reference (1.0: its confirmed best), the line of
+    within 2%, the budgets on a log axis."""
+    sweeps = result["sweeps"]
+    fig, axes = _grid(len(sweeps), 3.3, 2.4, sharey=True)
+    for ax, e in zip(axes, sweeps):
+        for name, s in e["samplers"].items():
+            curve = [math.nan if v is None else v / e["reference_ratio"]
+                     for v in s["median_best_curve"]]
+            ax.step(range(1, len(curve) + 1), curve, where="post", linewidth=1.3, label=name,
+                    color=SAMPLER_COLOURS.get(name, WIN))
+        ax.axhline(0.98, color=LOSS, linestyle=":", linewidth=1, label="within 2%")
+        ax.set_xscale("log", base=2)
+        ticks = sorted({1, 4, *result["budgets"]})
+        ax.set_xticks(ticks, [str(b) for b in ticks], fontsize=7)
+        ax.set_title(f"{e['problem'].split(':')[0]} {e['label']} ({e['space']} configs)",
+                     fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[-COLUMNS:]:
+        ax.set_xlabel("evaluated trials", fontsize=7)
+    for ax in axes[::COLUMNS]:
+        ax.set_ylabel("best / reference", fontsize=7)
+    if axes:
+        axes[0].legend(fontsize=6, loc="lower right")
+    return png_bytes(fig, f"search-eval: median best ratio so far over {result['seeds']} seeds, "
+                          "relative to each sweep's confirmed best")

@@ -10,7 +10,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt,
 from tunefw.problem import DIM_MAX, DTYPES
 from tunefw.study.names import NAME_CHARS, NAME_MAX, NAME_PATTERN
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes")
+SAMPLERS = ("tpe", "random", "grid", "uniform", "cmaes")
 FAULTS = ("crash", "hang", "wrong", "compile_error")
 DEFAULT_TRIALS = 64
 DEFAULT_TIMEOUT_S = 60.0
@@ -95,7 +95,7 @@ class StudyFile(_Strict):
     name: Optional[Name] = None
     dtype: Literal["bf16", "fp16"] = "bf16"
     families: Optional[Annotated[list[str], Field(min_length=1, max_length=16)]] = None
-    sampler: Literal["tpe", "random", "grid", "cmaes"] = "tpe"
+    sampler: Literal["tpe", "random", "grid", "uniform", "cmaes"] = "tpe"
     trials: Annotated[StrictInt, Field(ge=1, le=TRIALS_MAX)] = DEFAULT_TRIALS
     timeout_s: Annotated[Number, Field(gt=0.0, le=TIMEOUT_MAX_S, allow_inf_nan=False)] = \
         DEFAULT_TIMEOUT_S

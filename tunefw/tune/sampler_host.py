@@ -80,6 +80,9 @@ class RemoteTPE(optuna.samplers.BaseSampler):
         self._sent_trials: set[int] = set()
         self._sent_known: set[str] = set()
         self.known: Iterable[str] = ()  # set by the search before each ask
+        # The replica's ScreenedTPE.redraws and .missed, as its last relative sample left them
+        self.redraws = 0
+        self.missed = False
 
     def _updates(self, study: optuna.Study) -> tuple[list[FrozenTrial], list[str]]:
         """Trials completed and keys known since the last request."""
@@ -100,7 +103,10 @@ class RemoteTPE(optuna.samplers.BaseSampler):
         return self._call(study, "space", trial)
 
     def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
-        return self._call(study, "relative", trial, search_space) if search_space else {}
+        if not search_space:
+            return {}
+        params, self.redraws, self.missed = self._call(study, "relative", trial, search_space)
+        return params
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
         return self._call(study, "independent", trial, param_name, param_distribution)
@@ -137,8 +143,9 @@ def _answer(replicas: dict[int, _Replica], request: tuple) -> Any:
     replica.update(trials, known)
     if method == "space":
         return replica.sampler.infer_relative_search_space(replica.study, *args)
-    if method == "relative":
-        return replica.sampler.sample_relative(replica.study, *args)
+    if method == "relative":  # with the counts the driver's search and stats read
+        params = replica.sampler.sample_relative(replica.study, *args)
+        return params, replica.sampler.redraws, replica.sampler.missed
     if method == "independent":
         return replica.sampler.sample_independent(replica.study, *args)
     raise ValueError(f"unknown request {method!r}")

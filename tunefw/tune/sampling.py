@@ -26,6 +26,11 @@ OBJECTIVE = "ratio_vs_cublas"  # the durable studies' metric name
 
 FAMILY_PARAM = "family"  # the Optuna param that chooses the family of a multi-family search
 
+# Samplers whose configs are the valid space in an order (ProblemSearch enqueues them): the
+# declared one (grid), or a seeded uniformly random one (uniform: any budget of it is a uniform
+# sample of the valid space)
+ENUMERATED = ("grid", "uniform")
+
 SCREEN_REDRAWS = 16  # extra relative draws of an ask whose candidates the screen all refused
 
 
@@ -167,9 +172,9 @@ def make_sampler(name: str, seed: int, families: int = 1) -> optuna.samplers.Bas
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "grid":  # configs come from enumerate_valid() through enqueue_trial
+    if name in ENUMERATED:  # configs come from an order of the valid space through enqueue_trial
         return optuna.samplers.RandomSampler(seed=seed)
-    raise UserError(f"sampler {name!r}: expected tpe, random, grid or cmaes")
+    raise UserError(f"sampler {name!r}: expected tpe, random, grid, uniform or cmaes")
 
 
 def forget_cached_trials(study: optuna.Study) -> None:

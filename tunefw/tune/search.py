@@ -3,7 +3,6 @@ configs, invalid ones are answered at once, repeats reuse stored results, tells 
 from __future__ import annotations
 
 import queue
-import random
 import threading
 from dataclasses import dataclass
 from typing import Any, Container, Iterator
@@ -16,9 +15,10 @@ from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.templates import config_key, get_family
 from tunefw.tune.sampler_host import RemoteTPE, SamplerHost
-from tunefw.tune.sampling import (FAMILY_PARAM, OBJECTIVE, ScreenedTPE, distributions_for,
-                                  encoding_mismatch, make_sampler, params_for,
-                                  screen_candidates, suggest_config)
+from tunefw.tune.sampling import (ENUMERATED, FAMILY_PARAM, OBJECTIVE, ScreenedTPE,
+                                  distributions_for, encoding_mismatch, make_sampler,
+                                  params_for, screen_candidates, suggest_config)
+from tunefw.tune.space import uniform_order
 
 __all__ = ["DurableMirror", "ProblemSearch", "Proposal", "enumerate_valid", "trial_attrs"]
 
@@ -65,6 +65,7 @@ class ProblemSearch:
         self.problem = problem
         self.device = device
         self.grid = sampler == "grid"
+        self.enumerated = sampler in ENUMERATED
         self.durable = optuna.create_study(storage=storage, study_name=study_name,
                                            direction="maximize", load_if_exists=True)
         if self.durable.metric_names != [OBJECTIVE]:
@@ -82,10 +83,10 @@ class ProblemSearch:
             if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
                 self.study.add_trial(_steering_copy(trial))
         self._next_number = len(stored)  # numbers the durable study will give our next writes
-        self._rng = random.Random(seed)
-        self._queue: list[tuple[str, dict]] | None = None  # enumerated configs still to try
+        self._seed = seed
+        self._order: Iterator[tuple[str, dict]] | None = None  # the valid space, as enumerated
         self.stall = 0
-        if not stored and not self.grid:
+        if not stored and not self.enumerated:
             self._enqueue_seeds()
 
     def _enqueue_seeds(self) -> None:
@@ -98,13 +99,15 @@ class ProblemSearch:
                                              skip_if_exists=True)
 
     def _enqueue_next(self, known: Container[str]) -> bool:
-        """Enumerated mode: enqueue the next config not yet known; False when none is left."""
-        if self._queue is None:
-            self._queue = list(enumerate_valid(self.families, self.problem, self.device))
-            if not self.grid:
-                self._rng.shuffle(self._queue)
-        while self._queue:
-            fam, config = self._queue.pop(0)
+        """Enumerated mode: enqueue the next config not yet known; False when none is left.
+        The grid walks the declared order; every other sampler (uniform, and a search's
+        fallback after a stall) the seeded uniform order, so a resumed search walks the same
+        order and skips what it measured."""
+        if self._order is None:
+            self._order = (enumerate_valid(self.families, self.problem, self.device) if self.grid
+                           else uniform_order(self.families, self.problem, self.device,
+                                              self._seed))
+        for fam, config in self._order:
             if config_key(fam, config) not in known:
                 self.study.enqueue_trial(params_for(get_family(fam), config, self.families),
                                          skip_if_exists=False)
@@ -113,16 +116,18 @@ class ProblemSearch:
 
     def ask(self, known: Container[str]) -> Proposal | None:
         """One proposal; None when the valid space holds nothing that is not already known."""
-        if self.grid or self.stall >= STALL_LIMIT:
+        if self.enumerated or self.stall >= STALL_LIMIT:
             if not self._enqueue_next(known):
                 return None
         sampler = self.study.sampler
         if isinstance(sampler, ScreenedTPE):
             sampler.screen = lambda samples: screen_candidates(samples, self.families,
                                                                self.problem, self.device, known)
-            sampler.missed = False
         elif isinstance(sampler, RemoteTPE):
             sampler.known = known
+        screened = isinstance(sampler, (ScreenedTPE, RemoteTPE))
+        if screened:
+            sampler.missed = False
         trial = self.study.ask()
         fam_name = (trial.suggest_categorical(FAMILY_PARAM, self.families)
                     if len(self.families) > 1 else self.families[0])
@@ -132,7 +137,7 @@ class ProblemSearch:
         reason = family.check(config, self.problem, self.device)
         if reason is not None or key in known:
             # TPE's redraws found nothing the screen keeps: enumerate on the next ask
-            missed = isinstance(sampler, ScreenedTPE) and sampler.missed
+            missed = screened and sampler.missed
             self.stall = STALL_LIMIT if missed else self.stall + 1
         else:
             self.stall = 0
@@ -140,9 +145,10 @@ class ProblemSearch:
 
     @property
     def redraws(self) -> int:
-        """Relative draws TPE's screen refused and drew again (in-process TPE only)."""
+        """Relative draws TPE's screen refused and drew again (in this process or, for a
+        RemoteTPE, in the sampler process: it reports them with each relative sample)."""
         sampler = self.study.sampler
-        return sampler.redraws if isinstance(sampler, ScreenedTPE) else 0
+        return sampler.redraws if isinstance(sampler, (ScreenedTPE, RemoteTPE)) else 0
 
     def restore(self, recorded: list[tuple]) -> None:
         """Write back durable trials a killed launch recorded as rows but never mirrored:

@@ -2,7 +2,8 @@
 
 Offline and in-process (no Ray, no database): for each sweep, sampler and seed, the search of a
 sweep (``ProblemSearch``: the sampler, its seed configs, the screen, the stall fallback) asks
-one config at a time and is told the recorded outcome, as the replay backend would tell it.
+one config at a time and is told the recorded outcome, as the replay backend would tell it;
+random and grid runs are drawn directly in the order those samplers would propose.
 The search space is the sweep's measured configs: a config the sweep does not hold is
 NOT_RECORDED, screened out like a config check() rejects (TPE draws again where a draw holds
 no recorded config), told to the sampler as a failure and not counted: trials are evaluated
@@ -12,20 +13,26 @@ them says how fast a sampler finds their best, not the space's).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import multiprocessing
 import random
 import statistics
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
+from itertools import repeat
 from typing import Iterable
 
 import optuna
 
 from tunefw.device import H200, DeviceSpec
 from tunefw.errors import UserError
-from tunefw.evaluate.sweepfile import Sweep, read_sweep, sweep_paths
+from tunefw.evaluate.sweepfile import Sweep, merge_sweeps, read_sweep, sweep_paths
 from tunefw.outcome import Status
+from tunefw.templates import config_key, get_family
 from tunefw.tune.search import ProblemSearch
+from tunefw.tune.space import space_index
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 DEFAULT_SAMPLERS = ("tpe", "random", "grid")
@@ -72,14 +79,21 @@ class RunResult:
         return max(ok) if ok else None
 
 
+def _drawn(sweep: Sweep, order: list[str]) -> RunResult:
+    """A run that evaluates the recorded configs in the given order (every one, no asks lost)."""
+    rows, result = sweep.by_key(), RunResult()
+    for key in order:
+        row = rows[key]
+        result.values.append(row.ratio if row.outcome == Status.OK.value else None)
+    result.asks, result.exhausted = len(result.values), True
+    return result
+
+
 def _random_order(sweep: Sweep, space: set, seed: int, device: DeviceSpec) -> RunResult:
     """The random sampler's run, drawn directly: the search's seed configs first (those the
     sweep holds), then the rest of the space in a uniformly random order. The same
     distribution as rejection-sampling the declared space (uniform there, so uniform over the
     recorded configs not yet measured), without its thousands of asks."""
-    from tunefw.templates import config_key, get_family
-
-    rows, result = sweep.by_key(), RunResult()
     order: list[str] = []
     for fam in sorted(sweep.header["space_hashes"]):
         family = get_family(fam)
@@ -90,11 +104,16 @@ def _random_order(sweep: Sweep, space: set, seed: int, device: DeviceSpec) -> Ru
                 order.append(key)
     rest = sorted(space - set(order))
     random.Random(seed).shuffle(rest)
-    for key in order + rest:
-        row = rows[key]
-        result.values.append(row.ratio if row.outcome == Status.OK.value else None)
-    result.asks, result.exhausted = len(result.values), True
-    return result
+    return _drawn(sweep, order + rest)
+
+
+def _grid_order(sweep: Sweep, space: set) -> RunResult:
+    """The grid's run, drawn directly: the recorded configs in the declared order, what the
+    search's grid proposes when every other config is known, without walking the declared
+    space to them (80 s for wgmma_sm90)."""
+    families, rows = sorted(sweep.header["space_hashes"]), sweep.by_key()
+    return _drawn(sweep, sorted(space, key=lambda k: (
+        families.index(rows[k].family), space_index(get_family(rows[k].family), rows[k].config))))
 
 
 def run_search(sweep: Sweep, sampler: str, seed: int, budget: int,
@@ -102,8 +121,9 @@ def run_search(sweep: Sweep, sampler: str, seed: int, budget: int,
     """Search the sweep's recorded configs with ``sampler`` for ``budget`` evaluated trials."""
     rows = sweep.by_key()
     space = {k for k, r in rows.items() if r.outcome != Status.INVALID.value}
-    if sampler == "random":
-        run = _random_order(sweep, space, seed, device)
+    if sampler in ("random", "grid"):
+        run = _random_order(sweep, space, seed, device) if sampler == "random" else \
+            _grid_order(sweep, space)
         run.values = run.values[:budget]
         return run
     families = sorted(sweep.header["space_hashes"])
@@ -153,8 +173,9 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 def evaluate_sweep(sweep: Sweep, samplers: list[str], seeds: int, budgets: list[int],
-                   device: DeviceSpec = H200) -> dict:
-    """Per sampler over the seeds: median trials to reach each threshold, median best per budget."""
+                   device: DeviceSpec = H200, pool: Executor | None = None) -> dict:
+    """Per sampler over the seeds: median trials to reach each threshold, median best per
+    budget (the seeds' runs on ``pool``'s processes where given: the same runs, sooner)."""
     reference, kind = sweep.reference()
     if reference is None:
         raise UserError(f"{sweep.path}: no OK trial to measure against")
@@ -162,13 +183,16 @@ def evaluate_sweep(sweep: Sweep, samplers: list[str], seeds: int, budgets: list[
     out = {"path": sweep.path, "study": sweep.header.get("study"),
            "problem": sweep.problem.key(), "label": sweep.header.get("label", ""),
            "recorded_sampler": sweep.header.get("sampler"), "space": space,
+           "merged_from": sweep.header.get("merged_from"),
            "coverage": sweep.header.get("coverage"), "reference_ratio": round(reference, 5),
            "reference": kind, "best_ratio": round(sweep.best_ratio() or 0.0, 5), "samplers": {}}
     for name in samplers:
         if name == "grid":  # the declared order: one run is every seed's run
             runs = [run_search(sweep, name, 0, max(budgets), device)] * seeds
         else:
-            runs = [run_search(sweep, name, seed, max(budgets), device) for seed in range(seeds)]
+            runs = list((pool.map if pool else map)(run_search, repeat(sweep), repeat(name),
+                                                     range(seeds), repeat(max(budgets)),
+                                                     repeat(device)))
         entry: dict = {"median_trials_to": {}, "reached": {}, "median_best_at": {},
                        "median_asks": _median(r.asks for r in runs),
                        "median_not_recorded": _median(r.not_recorded for r in runs),
@@ -181,19 +205,24 @@ def evaluate_sweep(sweep: Sweep, samplers: list[str], seeds: int, budgets: list[
         for b in budgets:
             best = _median(r.best_at(b) for r in runs)
             entry["median_best_at"][str(b)] = None if best is None else round(best, 5)
+        # the convergence plot's line: the median best ratio after each evaluated trial
+        curve = (_median(r.best_at(n) for r in runs) for n in range(1, max(budgets) + 1))
+        entry["median_best_curve"] = [None if v is None else round(v, 4) for v in curve]
         out["samplers"][name] = entry
     return out
 
 
 def search_eval(paths: list[str], samplers: list[str], seeds: int, budgets: list[int],
-                progress=None) -> dict:
-    """Run search-eval over sweep files/directories; sweeps of an earlier space are skipped."""
+                progress=None, merge: bool = False, jobs: int = 1) -> dict:
+    """Run search-eval over sweep files/directories; sweeps of an earlier space are skipped.
+    ``merge``: the sweeps of one problem (a uniform sample and TPE runs of it) are searched as
+    one, the union of their configs. ``jobs``: processes the seeds' runs share."""
     bad = [s for s in samplers if s not in SAMPLERS]
     if bad:
         raise UserError(f"--samplers {','.join(bad)}: expected some of {', '.join(SAMPLERS)}"
                         + "".join(f"; {s}: {LEFT_OUT[s]}" for s in bad if s in LEFT_OUT))
-    if seeds < 1 or not budgets or min(budgets) < 1:
-        raise UserError("--seeds and --budgets: expected positive numbers")
+    if seeds < 1 or not budgets or min(budgets) < 1 or jobs < 1:
+        raise UserError("--seeds, --budgets and --jobs: expected positive numbers")
     files = [f for p in paths for f in sweep_paths(p)]
     result = {"script": "tunefw search-eval", "date": date.today().isoformat(),
               "samplers": samplers,
@@ -208,7 +237,8 @@ def search_eval(paths: list[str], samplers: list[str], seeds: int, budgets: list
                           "only; INVALID and NOT_RECORDED proposals, repeats and TPE's screen "
                           "redraws are not trials: asks, median_invalid, median_not_recorded "
                           "and median_redraws say what they cost"),
-              "sweeps": [], "skipped": []}
+              "merged": merge, "sweeps": [], "skipped": []}
+    sweeps: dict[str, list[Sweep]] = {}  # by problem where merged, else by file
     for file in files:
         sweep = read_sweep(file)
         stale = sweep.stale_families()
@@ -216,10 +246,16 @@ def search_eval(paths: list[str], samplers: list[str], seeds: int, budgets: list
             result["skipped"].append({"path": str(file), "reason": "recorded under an earlier "
                                       f"{', '.join(stale)} parameter space than today's"})
             continue
-        entry = evaluate_sweep(sweep, samplers, seeds, budgets)
-        result["sweeps"].append(entry)
-        if progress:
-            progress(entry)
+        sweeps.setdefault(sweep.problem.key() if merge else str(file), []).append(sweep)
+    with contextlib.ExitStack() as stack:
+        pool = None if jobs == 1 else stack.enter_context(ProcessPoolExecutor(
+            jobs, mp_context=multiprocessing.get_context("spawn")))
+        for group in sweeps.values():
+            sweep = merge_sweeps(group) if len(group) > 1 else group[0]
+            entry = evaluate_sweep(sweep, samplers, seeds, budgets, pool=pool)
+            result["sweeps"].append(entry)
+            if progress:
+                progress(entry)
     result["summary"] = summarize(result["sweeps"], samplers)
     return result
 

@@ -6,9 +6,14 @@ within a second); and a space's valid configs in a seeded random order, drawn la
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import random
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
@@ -17,6 +22,8 @@ from tunefw.templates.base import KernelTemplate
 
 CHECKS_BUDGET = 32_768  # check() calls for a whole study (about half a second on one core)
 SAMPLE_MIN = 64  # configs drawn per family and problem, however many problems
+COUNT_CHUNK = 65_536  # declared points a process checks at a time (count_valid)
+COUNT_PROCESSES = 32
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,40 @@ def declared_size(family: str) -> int:
 def space_size(family: KernelTemplate) -> int:
     """How many points ``family.iter_space()`` yields."""
     return math.prod(len(p.values) for p in family.params)
+
+
+def space_point(family: KernelTemplate, index: int) -> dict:
+    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
+    parameter changes fastest), without listing the points before it."""
+    values = []
+    for p in reversed(family.params):
+        index, digit = divmod(index, len(p.values))
+        values.append(p.values[digit])
+    return dict(zip(family.param_names, reversed(values)))
+
+
+def space_index(family: KernelTemplate, config: dict) -> int:
+    """Where a config of the declared space stands in ``family.iter_space()`` (the inverse of
+    space_point)."""
+    index = 0
+    for p in family.params:
+        index = index * len(p.values) + p.values.index(config[p.name])
+    return index
+
+
+def uniform_order(families: Sequence[str | KernelTemplate], problem: GemmProblem,
+                  device: DeviceSpec, seed: int) -> Iterator[tuple[str, dict]]:
+    """Every valid (family name, config) of the problem once, in the order of a seeded
+    uniformly random permutation of the families' joint declared space, checked only as far as
+    the caller reads: any prefix is a uniform sample without replacement of the valid space.
+    A family is named or given as its template (one outside the registry too)."""
+    templates = [get_family(f) if isinstance(f, str) else f for f in families]
+    offsets = np.cumsum([0] + [space_size(t) for t in templates])
+    for i in np.random.default_rng(seed).permutation(int(offsets[-1])):
+        j = int(np.searchsorted(offsets, i, side="right")) - 1
+        config = space_point(templates[j], int(i - offsets[j]))
+        if templates[j].check(config, problem, device) is None:
+            yield templates[j].family, config
 
 
 def space_sizes(families: list[str], problems: list[GemmProblem], device: DeviceSpec,
@@ -63,27 +104,30 @@ def space_sizes(families: list[str], problems: list[GemmProblem], device: Device
     return sizes
 
 
-def space_point(family: KernelTemplate, index: int) -> dict:
-    """The ``index``-th point of ``family.iter_space()`` (itertools.product order: the last
-    parameter changes fastest)."""
-    values = []
-    for p in reversed(family.params):
-        index, digit = divmod(index, len(p.values))
-        values.append(p.values[digit])
-    return dict(zip(family.param_names, reversed(values)))
-
-
 def random_valid(family: KernelTemplate, rng: random.Random, problem: GemmProblem,
                  device: DeviceSpec) -> Iterator[dict]:
     """The family's configs valid for ``problem``, each once, in a uniformly random order drawn
-    as far as the caller reads: a Fisher-Yates shuffle of the point indices kept sparse (only
-    the swapped ones), so a sample of a 3.3M-point space costs its draws, not its size."""
-    size = space_size(family)
-    swapped: dict[int, int] = {}
-    for i in range(size):
-        j = rng.randrange(i, size)
-        index = swapped.get(j, j)
-        swapped[j] = swapped.get(i, i)
-        config = space_point(family, index)
-        if family.check(config, problem, device) is None:
-            yield config
+    from ``rng`` and checked as far as the caller reads (uniform_order over one family)."""
+    for _, config in uniform_order([family], problem, device, rng.randrange(2**32)):
+        yield config
+
+
+def _count_chunk(family: str, start: int, stop: int, problem: GemmProblem,
+                 device: DeviceSpec) -> int:
+    template = get_family(family)
+    return sum(template.check(space_point(template, i), problem, device) is None
+               for i in range(start, stop))
+
+
+def count_valid(families: Sequence[str], problem: GemmProblem, device: DeviceSpec,
+                processes: int = 0, chunk: int = COUNT_CHUNK) -> int:
+    """Exactly how many configs of the families check() accepts for the problem: every
+    declared point checked, by index in chunks, on ``processes`` processes (0: the cores, at
+    most COUNT_PROCESSES). The wgmma_sm90 space takes about 80 s on one core."""
+    jobs = [(f, lo, min(lo + chunk, n), problem, device)
+            for f in families for n in [declared_size(f)] for lo in range(0, n, chunk)]
+    workers = min(processes or min(os.cpu_count() or 1, COUNT_PROCESSES), len(jobs))
+    if workers <= 1:
+        return sum(_count_chunk(*job) for job in jobs)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return sum(pool.map(_count_chunk, *zip(*jobs)))

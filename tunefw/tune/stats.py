@@ -57,7 +57,7 @@ def sweep_stats(pool: WorkerPool, times: LoopTimes, asker: Asker, wall_s: float,
                                           - sum(times.starved.values())), 3)},
         "mean_depth": {stage: round(v / wall_s, 2) for stage, v in times.depth_s.items()},
         "asks": asker.asks, "ask_s": round(asker.ask_s, 3),
-        # TPE draws the screen refused and drew again within an ask (in-process TPE only)
+        # TPE draws the screen refused and drew again within an ask (sampler processes too)
         "screen_redraws": sum(st.search.redraws for st in asker.states),
         "sampler_processes": sampler_processes,
         "simulated": backend == "sim",

@@ -1,6 +1,7 @@
 """A launch's start-up: what it does before Ray. A finished study is said so without starting
 Ray or importing torch (the GPU count comes from the CUDA driver, the simulated device from
-tunefw.device); the processes a launch starts import the driver's own tunefw."""
+tunefw.device); the processes a launch starts import the driver's own tunefw; a simulated
+worker imports torch only for a wrong answer (its first, not at start-up)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import tunefw
 from conftest import REPO, db_dump, seed_study
+from tunefw.evaluate import method, method_id
 from tunefw.framing import helper_pythonpath
 
 PROBE = """import sys
@@ -54,3 +56,34 @@ def test_helper_processes_import_nvidias_cuda_not_tunefws():
                          env=dict(os.environ, PYTHONPATH=str(root)), cwd="/").stdout.split()
     assert Path(out[0]).resolve() == root / "tunefw" / "__init__.py"
     assert out[1] == "None" or not Path(out[1]).resolve().is_relative_to(root / "tunefw")
+
+
+SIM_WORKER = """import sys
+from tunefw.evaluate.sim import SimEvaluator
+from tunefw.outcome import TrialSpec
+from tunefw.study.spec import SimSettings
+from tunefw.templates import get_family
+import tunefw.evaluate.replay, tunefw.tune.cluster  # what a simulated or replay worker imports
+spec = TrialSpec(1, "mma_sm80", get_family("mma_sm80").default_config(), {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}, 10.0)
+for faults in ({}, {"wrong": 1.0}):
+    done = SimEvaluator(SimSettings(trial_seconds=0.0, faults=faults)).evaluate(spec)
+    print(done.status.value, done.rel_err is None, "torch" in sys.modules, done.log)
+"""
+
+
+def test_a_simulated_worker_imports_torch_only_for_a_wrong_answer():
+    """An OK simulated trial has no output to verify (no rel_err): a worker starts and runs
+    without torch (seconds a process on a small machine); a wrong answer is still the real
+    verifier's verdict."""
+    ran = subprocess.run([sys.executable, "-c", SIM_WORKER], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=helper_pythonpath()), cwd="/",
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    ok, wrong, *_ = ran.stdout.splitlines()
+    assert ok.startswith("OK True False SIMULATED device: modeled timing")
+    assert wrong.startswith("WRONG_ANSWER False True SIMULATED: ")
+    assert "rows over their limit" in ran.stdout
+
+
+def test_the_torch_free_method_name_is_the_methods():
+    assert method_id.METHOD == method.METHOD

@@ -66,11 +66,12 @@ def launch(
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
     started_at = time.monotonic()
     from tunefw.cli.progress import LaunchProgress
-    from tunefw.cli.startup import expected_device, startup_lines
+    from tunefw.cli.render import startup_figures
+    from tunefw.cli.startup import expected_device, space_lines, startup_lines
     from tunefw.store import queries as q
     from tunefw.study.spec import StudySpec
     from tunefw.tune.interrupt import stop_on_sigterm
-    from tunefw.tune.sweep import LaunchOptions, Sweep
+    from tunefw.tune.sweep import LaunchOptions, Sweep, usable_families
 
     if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
         raise UserError(f"--time-limit {time_limit:g}: expected a finite, positive number of "
@@ -88,21 +89,25 @@ def launch(
         return
     replay = backend if chosen == "replay" else None
     device = expected_device(chosen, replay, address)
-    for line in startup_lines(spec, chosen, gpus, device):  # within a second, before Ray
+    # no family runs on a device known ahead: one line, before Ray starts
+    families = None if device is None else usable_families(spec, device)
+    for line in startup_lines(spec, chosen, gpus, device):  # before Ray starts
         out.print(line, markup=False, highlight=False)
     stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
                             cache_dir=cache_dir, time_limit_s=time_limit, replay=replay,
                             started_at=started_at)
-    with LaunchProgress(out, spaces_for=spec if device is None else None) as progress:
+    spaces = None if device is None else (lambda: space_lines(spec, families, device, chosen))
+    with LaunchProgress(out, spaces_for=spec if device is None else None,
+                        while_starting=spaces) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
     if not stats["trials"]:
         out.print(f"study {name}: nothing left to run (every problem has its budget)")
         return
-    first = stats["first_trial_s"]
+    startup = startup_figures(stats)
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
-              + ("" if first is None else f", first trial {first:.1f} s after launch")
+              + (f", {startup}" if startup else "")
               + (" [SIMULATED]" if stats["simulated"] else "")
               + (" [REPLAY]" if stats.get("replay") else ""), markup=False, highlight=False)
     if stats["stopped_at_time_limit"]:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 from tunefw.device import H200, KNOWN_DEVICES, DeviceSpec
 from tunefw.errors import UserError
-from tunefw.evaluate import method
+from tunefw.evaluate.method_id import METHOD
 from tunefw.evaluate.sweepfile import Sweep, read_sweep, sweep_paths
 from tunefw.outcome import Outcome, Status, TrialSpec, fingerprint_key
 from tunefw.problem import GemmProblem
@@ -91,10 +91,10 @@ class ReplaySource:
             if sweep is None:
                 raise UserError(f"replay: no recorded sweep of {problem.key()} under {self.path} "
                                 f"(it holds {', '.join(sorted(self.sweeps)) or 'none'})")
-            if sweep.method != method.METHOD:
+            if sweep.method != METHOD:
                 raise UserError(f"replay: {sweep.path} was timed with method "
                                 f"{sweep.method or 'unversioned'}, this tunefw times with "
-                                f"{method.METHOD}: record the sweep again")
+                                f"{METHOD}: record the sweep again")
             for fam, recorded in sorted(sweep.header["space_hashes"].items()):
                 if fam in families and (fam not in FAMILIES
                                         or get_family(fam).space_hash() != recorded):

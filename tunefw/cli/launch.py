@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from tunefw.cli.common import err, open_db, out
+from tunefw.cli.common import err, open_db, out, takes_db
 from tunefw.errors import UserError
 
 SIM_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))  # simulated workers of a local Ray
@@ -47,6 +47,7 @@ def _local_gpus() -> int:
         return 0
 
 
+@takes_db
 def launch(
     study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
     gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),

@@ -9,10 +9,11 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tunefw.cli.common import err, open_db, out
+from tunefw.cli.common import err, open_db, out, takes_db
 from tunefw.errors import UserError
 
 
+@takes_db
 def export_cmd(
     path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
@@ -50,6 +51,7 @@ def export_cmd(
               + (" (REPLAY of recorded sweeps)" if table.fingerprint.get("replay") else ""))
 
 
+@takes_db
 def bench_cmd(
     path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study)."),
     study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners."),
@@ -125,6 +127,7 @@ def search_eval_cmd(
         write_atomic(out_path, json.dumps(result, indent=2) + "\n")
 
 
+@takes_db
 def report_cmd(
     study: str = typer.Argument(..., help="Study name."),
     html_path: Path = typer.Option(..., "--html", help="Write the HTML report here."),

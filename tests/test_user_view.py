@@ -3,6 +3,7 @@ database), and tables that survive a pipe."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -28,6 +29,23 @@ def test_the_lists_name_every_command():
 
     from tunefw.cli.app import app
     assert sorted(_leaves(typer.main.get_command(app))) == sorted(DATABASE + NO_DATABASE)
+
+
+@pytest.mark.parametrize("command", DATABASE + NO_DATABASE, ids=" ".join)
+def test_every_option_and_argument_reads_as_words_in_the_help(command):
+    """Each option's value is named (N, FILE, bf16|fp16), never a type (<int>, <path>, ...);
+    each argument by a word (STUDY, DISPATCH.json), not the parameter's name."""
+    shown = invoke_cli(*command, "--help", env={"COLUMNS": "200"}).stdout.splitlines()
+    section = None
+    for line in shown:
+        if line in ("Arguments:", "Options:"):
+            section = line
+        elif section and line.startswith("  ") and not line.startswith("   "):
+            first, *rest = line.split()
+            if section == "Options:":  # rest: a named value and the help, or the help alone
+                assert not (rest and rest[0].startswith("<")), line
+            else:
+                assert not re.fullmatch(r"[a-z_]+(\.\.\.)?", first), line
 
 
 @pytest.mark.parametrize("command", DATABASE, ids=" ".join)

@@ -18,6 +18,7 @@ state: dict = {"db": None, "stores": []}
 
 DB_HELP = ("Database: a SQLAlchemy URL or a SQLite file path; default $TUNEFW_DB or "
            "sqlite:///tunefw.db.")
+JSON_HELP = "Machine-readable output (the same data)."
 Command = TypeVar("Command", bound=Callable)
 
 

@@ -49,16 +49,21 @@ def _local_gpus() -> int:
 
 @takes_db
 def launch(
-    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
-    gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
-    backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
+    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest).",
+                                          metavar="STUDY"),
+    gpus: int = typer.Option(1, "--gpus", metavar="N",
+                             help="GPU workers: one Ray actor pinned to each GPU."),
+    backend: str = typer.Option("auto", "--backend", metavar="auto|sim|cuda|replay:PATH",
+                                help="auto (cuda if a GPU is visible, "
                                 "else sim) | sim (SIMULATED device on CPU) | cuda | "
                                 "replay:PATH[?delay=S] (answer from recorded sweeps)."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
+    address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                          help="Join this Ray cluster "
                                           "(e.g. 127.0.0.1:6379) instead of starting one."),
     new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
                                    "the device or a parameter space changed)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory "
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory "
                                              "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", metavar="SECONDS",
                                                help="Stop asking for new trials after this long, "

@@ -15,9 +15,11 @@ from tunefw.errors import UserError
 
 @takes_db
 def export_cmd(
-    path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
-    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header) | sweep "
+    path: Path = typer.Argument(Path("dispatch.json"), help="Output file.", metavar="PATH"),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest).",
+                                        metavar="NAME"),
+    fmt: str = typer.Option("json", "--format", metavar="json|csv|cpp|sweep",
+                            help="json | csv | cpp (a C++ header) | sweep "
                             "(recorded sweeps: PATH is a directory, or a file for one problem)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
@@ -53,13 +55,20 @@ def export_cmd(
 
 @takes_db
 def bench_cmd(
-    path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study)."),
-    study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners."),
-    against: str = typer.Option("cublas,triton", "--against", help="Baselines: cublas,triton."),
-    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write an HTML page here."),
-    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", help="Shipped cubins (runtime docs)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study).",
+                                          metavar="DISPATCH.json"),
+    study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners.",
+                                        metavar="NAME"),
+    against: str = typer.Option("cublas,triton", "--against", metavar="LIST",
+                                help="Baselines: cublas,triton."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here.",
+                                            metavar="FILE"),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write an HTML page here.",
+                                             metavar="FILE"),
+    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", metavar="DIR",
+                                             help="Shipped cubins (runtime docs)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory."),
 ) -> None:
     """Time the runtime path, cuBLAS and Triton for every dispatch entry (needs a GPU)."""
     from tunefw.fileio import write_atomic
@@ -95,12 +104,16 @@ def bench_cmd(
 
 
 def search_eval_cmd(
-    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them."),
-    samplers: str = typer.Option("tpe,random,grid", "--samplers",
+    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them.",
+                                        metavar="SWEEPS..."),
+    samplers: str = typer.Option("tpe,random,grid", "--samplers", metavar="LIST",
                                  help="Comma-separated: tpe, random, grid, cmaes."),
-    seeds: int = typer.Option(20, "--seeds", help="Seeded runs per sweep and sampler."),
-    budgets: str = typer.Option("16,32,64,128", "--budgets", help="Comma-separated budgets."),
-    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+    seeds: int = typer.Option(20, "--seeds", metavar="N",
+                              help="Seeded runs per sweep and sampler."),
+    budgets: str = typer.Option("16,32,64,128", "--budgets", metavar="LIST",
+                                help="Comma-separated budgets."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here.",
+                                            metavar="FILE"),
 ) -> None:
     """Offline: trials each sampler needs to reach 1/2/5% of a recorded sweep's best."""
     from tunefw.fileio import write_atomic
@@ -129,8 +142,9 @@ def search_eval_cmd(
 
 @takes_db
 def report_cmd(
-    study: str = typer.Argument(..., help="Study name."),
-    html_path: Path = typer.Option(..., "--html", help="Write the HTML report here."),
+    study: str = typer.Argument(..., help="Study name.", metavar="STUDY"),
+    html_path: Path = typer.Option(..., "--html", help="Write the HTML report here.",
+                                   metavar="FILE"),
 ) -> None:
     """A self-contained HTML report: TFLOP/s vs cuBLAS, convergence, outcomes, winners, device."""
     from tunefw.report import write_report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tunefw.cli.common import open_db, out, state, takes_db
+from tunefw.cli.common import JSON_HELP, open_db, out, state, takes_db
 from tunefw.cli.render import launch_line, print_json, tag
 
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
@@ -51,8 +51,7 @@ def status_data() -> list[dict]:
 
 
 @takes_db
-def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output (the "
-                                        "same data).")) -> None:
+def status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Studies in progress, the workers of their last launch, and recent errors."""
     studies = status_data()
     if as_json:

@@ -8,13 +8,12 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tunefw.cli.common import open_db, out, takes_db
+from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
 from tunefw.cli.render import knobs, launch_line, number, print_json, ratio
 from tunefw.errors import UserError
 from tunefw.study.schema import SAMPLERS
 
 study_app = typer.Typer(help="Create, list, show and delete studies.", no_args_is_help=True)
-JSON_HELP = "Machine-readable output (the same data)."
 
 
 def _option_values(trials: Optional[int], seed: Optional[int], timeout: Optional[float],

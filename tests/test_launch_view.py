@@ -19,6 +19,7 @@ from rich.console import Console
 
 import tunefw.cli.startup
 import tunefw.tune.interrupt
+import tunefw.tune.search
 import tunefw.tune.sweep
 from conftest import db_dump, db_rows, invoke_cli
 from fakepool import FakePool
@@ -132,6 +133,30 @@ def test_the_start_up_is_stored_and_shown(db_url, fake_ray):
     shown = invoke_cli("study", "show", "s", db=db_url).stdout
     assert (f"last launch: 6 trials in {stats['wall_s']:.1f} s ({stats['trials_per_s']:.2f}/s), "
             f"GPU busy {stats['gpu_busy_mean']:.0%}, {startup} [SIMULATED]") in shown
+
+
+def test_rejected_configs_are_counted_and_said_to_take_trial_ids(db_url, fake_ray, monkeypatch):
+    """Configs the checks refuse are rows with ids of their own: the launch says how many, so
+    the ids its trial lines skip are accounted for. Each search's first two proposals are
+    made to fail their check here (the screened samplers rarely propose such configs)."""
+    asked: dict[int, int] = {}
+    ask = tunefw.tune.search.ProblemSearch.ask
+
+    def refusing_first_two(search, known):
+        prop = ask(search, known)
+        asked[id(search)] = asked.get(id(search), 0) + 1
+        if prop is not None and asked[id(search)] <= 2:
+            prop.invalid_reason = "refused by the test"
+        return prop
+
+    monkeypatch.setattr(tunefw.tune.search.ProblemSearch, "ask", refusing_first_two)
+    stdout = _launch(db_url)
+    stats = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)["stats"]
+    ((invalid,),) = db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='INVALID'")
+    assert stats["rejected"] == invalid == 4  # two per problem
+    assert (f"{invalid} config(s) rejected without running (INVALID: refused by the family's "
+            "checks; NOT_RECORDED under replay): stored as rows of their own, with trial ids, "
+            "counted in no budget") in stdout.splitlines()
 
 
 @pytest.mark.parametrize("stats, said", [

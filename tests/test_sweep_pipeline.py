@@ -117,6 +117,7 @@ def test_a_lost_worker_leaves_a_worker_lost_row_and_a_linked_retry(store, db_url
     assert retried.log.startswith(f"retry of trial {lost.id} (its worker died)\n")
     assert "attempt 2: WORKER_LOST" in crashed.log and "the config kills it" in crashed.log
     assert stats["restarts"] == 3 and stats["trials"] == 4  # results a worker returned
+    assert stats["rejected"] == len([t for t in _rows(store) if t.status == "INVALID"])
     shown = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)
     (problem,) = shown["problems"]
     assert problem["evaluated"] == 5

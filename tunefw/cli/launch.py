@@ -116,5 +116,9 @@ def launch(
               + (f", {startup}" if startup else "")
               + (" [SIMULATED]" if stats["simulated"] else "")
               + (" [REPLAY]" if stats.get("replay") else ""), markup=False, highlight=False)
+    if stats["rejected"]:  # their rows take trial ids: the ids the trial lines skip
+        out.print(f"{stats['rejected']} config(s) rejected without running (INVALID: refused "
+                  "by the family's checks; NOT_RECORDED under replay): stored as rows of their "
+                  "own, with trial ids, counted in no budget", markup=False, highlight=False)
     if stats["stopped_at_time_limit"]:
         out.print("time limit reached: trials in flight were finished; launch again to resume")

@@ -145,9 +145,16 @@ def report_cmd(
     study: str = typer.Argument(..., help="Study name.", metavar="STUDY"),
     html_path: Path = typer.Option(..., "--html", help="Write the HTML report here.",
                                    metavar="FILE"),
+    ptxas: bool = typer.Option(False, "--ptxas", help="Compile each winner whose trial stored "
+                               "no ptxas figures (simulated, replayed) for its registers, "
+                               "shared memory and spills (NVRTC, no GPU)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory (with --ptxas)."),
 ) -> None:
     """A self-contained HTML report: TFLOP/s vs cuBLAS, convergence, outcomes, winners, device."""
     from tunefw.report import write_report
-    data = write_report(open_db("read"), study, html_path)
+    data = write_report(open_db("read"), study, html_path, ptxas, cache_dir)
     out.print(f"wrote {html_path}: {len(data['problems'])} problem(s)"
-              + (" (SIMULATED)" if data["simulated"] else ""))
+              + (" (SIMULATED)" if data["simulated"] else "")
+              + (f"; ptxas figures of {data['compiled']} winner(s) compiled for it"
+                 if data["compiled"] else ""))

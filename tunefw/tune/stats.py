@@ -40,11 +40,14 @@ def _since(started: float | None, at: float | None) -> float | None:
 
 def sweep_stats(pool: WorkerPool, times: LoopTimes, asker: Asker, wall_s: float,
                 sampler_processes: int, backend: str, stopped: bool,
-                started: float | None = None, first_result_at: float | None = None) -> dict:
-    """Trials/s and GPU busy of a launch's search phase (confirmation not included), and its
-    start-up: the seconds from the launch command (``started``, time.monotonic()) to its first
-    worker up (Ray's start and one worker's), to every worker up (None: one never came up),
-    and to its first finished trial (then the first compile and ask too)."""
+                started: float | None = None, first_result_at: float | None = None,
+                rejected: int = 0) -> dict:
+    """Trials/s and GPU busy of a launch's search phase (confirmation not included), the
+    configs it stored as rejected without running (INVALID, NOT_RECORDED: rows with ids of
+    their own), and its start-up: the seconds from the launch command (``started``,
+    time.monotonic()) to its first worker up (Ray's start and one worker's), to every worker
+    up (None: one never came up), and to its first finished trial (then the first compile and
+    ask too)."""
     slots = pool.slots
     # a worker that never came up has no GPU name: it is named by its index
     gpus = [(pool.infos[s.index] or {}).get("gpu", f"worker {s.index} (never up)")
@@ -54,6 +57,7 @@ def sweep_stats(pool: WorkerPool, times: LoopTimes, asker: Asker, wall_s: float,
     wall_s = max(wall_s, 1e-9)
     stats = {
         "wall_s": round(wall_s, 3), "workers": len(slots), "trials": trials,
+        "rejected": rejected,
         "trials_per_s": trials / wall_s,
         "trials_per_s_per_gpu": {g: s.trials / wall_s for g, s in zip(gpus, slots)},
         "gpu_busy": {g: min(1.0, s.busy_s / wall_s) for g, s in zip(gpus, slots)},

@@ -151,7 +151,7 @@ class Sweep:
             wall_s, stopped = pipeline.search(self.options.time_limit_s)
             stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
                                 len(self.sampler_hosts), self.options.backend, stopped,
-                                started, pipeline.first_result_at)
+                                started, pipeline.first_result_at, pipeline.rejected)
             if stats["trials"]:
                 pipeline.recorder.stats(stats)
             if not stopped:

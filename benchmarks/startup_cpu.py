@@ -142,9 +142,11 @@ def main() -> None:
                 "the runs that have it), the trees' runs alternating",
         "script": "benchmarks/startup_cpu.py",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "load_average_at_end": os.getloadavg()}})
-    for label, tree in args.tree:
-        result[label] = summary(tree, args.gpus, runs[label])
+                    "platform": platform.platform()}})
+    result["machine"].pop("load_average_at_end", None)  # per tree since several runs share a file
+    for label, tree in args.tree:  # the machine's load: what other processes took of its cores
+        result[label] = {**summary(tree, args.gpus, runs[label]),
+                         "load_average_at_end": os.getloadavg()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({label: result[label]["median"] for label in runs}, indent=2))
 

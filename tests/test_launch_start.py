@@ -1,7 +1,7 @@
 """A launch's start-up: what it does before Ray. A finished study is said so without starting
 Ray or importing torch (the GPU count comes from the CUDA driver, the simulated device from
 tunefw.device); the processes a launch starts import the driver's own tunefw; a simulated
-worker imports torch only for a wrong answer (its first, not at start-up)."""
+worker imports torch only where its study injects wrong answers."""
 from __future__ import annotations
 
 import os
@@ -66,14 +66,17 @@ from tunefw.templates import get_family
 import tunefw.evaluate.replay, tunefw.tune.cluster  # what a simulated or replay worker imports
 spec = TrialSpec(1, "mma_sm80", get_family("mma_sm80").default_config(), {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}, 10.0)
 for faults in ({}, {"wrong": 1.0}):
-    done = SimEvaluator(SimSettings(trial_seconds=0.0, faults=faults)).evaluate(spec)
-    print(done.status.value, done.rel_err is None, "torch" in sys.modules, done.log)
+    evaluator = SimEvaluator(SimSettings(trial_seconds=0.0, faults=faults))
+    started_with_torch = "torch" in sys.modules
+    done = evaluator.evaluate(spec)
+    print(done.status.value, done.rel_err is None, started_with_torch, done.log)
 """
 
 
-def test_a_simulated_worker_imports_torch_only_for_a_wrong_answer():
+def test_a_simulated_worker_imports_torch_only_for_wrong_answers():
     """An OK simulated trial has no output to verify (no rel_err): a worker starts and runs
-    without torch (seconds a process on a small machine); a wrong answer is still the real
+    without torch (seconds a process on a small machine); where the study injects wrong
+    answers the worker has torch before its first trial, and a wrong answer is still the real
     verifier's verdict."""
     ran = subprocess.run([sys.executable, "-c", SIM_WORKER], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=helper_pythonpath()), cwd="/",

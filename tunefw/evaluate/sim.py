@@ -5,7 +5,8 @@ never a measurement, and everything it produces says so (evaluator 'sim', a 'SIM
 fingerprint). Faults are real: a crash exits the worker process, a hang blocks until the
 watchdog kills it, a wrong answer is rejected by the real verifier, a compile error comes from
 really compiling broken source. A trial without a fault has no output to verify (no rel_err),
-so a simulated worker imports torch only for its first wrong answer: not at start-up.
+so a simulated worker imports torch (seconds of a small machine's CPU) only where its study
+injects wrong answers, then at its start: not inside a trial's timeout.
 """
 from __future__ import annotations
 
@@ -102,6 +103,8 @@ class SimEvaluator:
     def __init__(self, settings: SimSettings, gpu: str = "") -> None:
         self.settings = settings
         self.gpu = gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if settings.faults.get("wrong"):  # the verifier's torch, loaded before any trial's clock
+            from tunefw.evaluate import method  # noqa: F401
 
     def fingerprint(self) -> dict:
         return sim_fingerprint()
@@ -150,7 +153,7 @@ class SimEvaluator:
 def wrong_answer_verdict(spec: TrialSpec) -> Verdict:
     """The real verifier's verdict on a small CPU GEMM standing in for a wrong kernel's output:
     one row off by 3%, what the per-row check must catch where the global norm hides it."""
-    from tunefw.evaluate import method  # torch: only a worker that meets this fault pays it
+    from tunefw.evaluate import method  # torch, imported when the evaluator was made
 
     dtype = spec.problem["dtype"]
     a, b = method.make_inputs(48, 40, 64, dtype, seed=spec.trial_id)

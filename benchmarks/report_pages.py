@@ -9,8 +9,9 @@ launched, rendered with `tunefw report`, and photographed by headless Chromium.
 
     python3 benchmarks/report_pages.py [sim_llama] [replay_decode2_h200]
 
-writes benchmarks/results/report_NAME.html and report_NAME.png (no GPU needed; `chromium` on
-PATH for the screenshot).
+writes benchmarks/results/report_NAME.html and report_NAME.png (no GPU needed: the winners'
+ptxas figures come from compiling them here, `tunefw report --ptxas`; `chromium` on PATH for the
+screenshot).
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def make(name: str, chromium: str, tmp: Path) -> None:
     tunefw(db, "study", "create", study, "--from", study_file)
     tunefw(db, "launch", study, "--backend", backend, "--gpus", "8")
     html, png = RESULTS / f"report_{name}.html", RESULTS / f"report_{name}.png"
-    print(tunefw(db, "report", study, "--html", str(html)).strip())
+    print(tunefw(db, "report", study, "--html", str(html), "--ptxas").strip())
     screenshot(chromium, html, png, tmp / f"chromium-{name}")
     print(f"wrote {png}")
 

@@ -1,7 +1,8 @@
 """CPU measurement of a launch's start-up on the SIMULATED device: the seconds from `python3 -m
-tunefw launch` to its first printed line, to its workers being up, to its first finished trial
-(as the command stores it, first_trial_s) and to its exit, and the seconds a launch of a
-finished study takes to say so. Each --tree LABEL=PATH is a checkout measured with this script
+tunefw launch` to its first printed line, to its workers' line (`launch STUDY on ...`: once every
+worker was up before, once the first is up since trials start on it), to its first trial line and
+to its exit; the seconds the command stores (first_trial_s; first_worker_s and workers_up_s where
+the tree stores them); and the seconds a launch of a finished study takes to say so. Each --tree LABEL=PATH is a checkout measured with this script
 (e.g. the commit before a change beside this one); their runs alternate, so a machine's load
 falls on each alike. The median of --runs fresh runs per tree is written under its label into
 benchmarks/results/startup_cpu.json.
@@ -60,7 +61,7 @@ def _timed_launch(env: dict, cwd: str, gpus: int) -> dict:
         now = time.monotonic() - start
         marks.setdefault("first_line_s", now)
         if line.startswith("launch startup on "):
-            marks.setdefault("workers_up_s", now)
+            marks.setdefault("workers_line_s", now)
         if line.startswith("trial "):
             marks.setdefault("first_trial_line_s", now)
     if proc.wait():
@@ -78,7 +79,9 @@ def run_once(tree: Path, gpus: int) -> dict:
         _tunefw(env, tmp, "study", "create", "startup", "--from", str(Path(tmp) / "startup.yaml"))
         marks = _timed_launch(env, tmp, gpus)
         shown = json.loads(_tunefw(env, tmp, "study", "show", "startup", "--json").stdout)
-        marks["first_trial_s"] = shown["stats"]["first_trial_s"]
+        for stored in ("first_worker_s", "workers_up_s", "first_trial_s"):
+            if shown["stats"].get(stored) is not None:  # an older tree stores fewer
+                marks[stored] = shown["stats"][stored]
         start = time.monotonic()
         again = _tunefw(env, tmp, "launch", "startup", "--gpus", str(gpus), "--backend", "sim")
         marks["finished_study_launch_s"] = time.monotonic() - start
@@ -103,12 +106,15 @@ def _tree(text: str) -> tuple[str, Path]:
 
 
 def summary(tree: Path, gpus: int, runs: list[dict]) -> dict:
-    """One tree's runs: their medians and each run's figures."""
-    figures = [k for k, v in runs[0].items() if isinstance(v, float)]
+    """One tree's runs: their medians (each figure's over the runs that have it) and each run's
+    figures."""
+    figures = list(dict.fromkeys(k for r in runs for k, v in r.items() if isinstance(v, float)))
     return {"commit": _commit(tree), "gpus": gpus, "runs": len(runs),
-            "median": {k: round(statistics.median(r[k] for r in runs), 2) for k in figures},
+            "median": {k: round(statistics.median(r[k] for r in runs if k in r), 2)
+                       for k in figures},
             "finished_study_says": runs[-1]["finished_study_says"],
-            "each": [{k: round(r[k], 2) for k in figures} for r in runs]}
+            "each": [{k: round(v, 2) for k, v in r.items() if isinstance(v, float)}
+                     for r in runs]}
 
 
 def main() -> None:
@@ -129,13 +135,18 @@ def main() -> None:
     result.update({
         "what": "CPU measurement, SIMULATED device: seconds from `python3 -m tunefw launch` "
                 "(a 3-problem study, 4 trials each, 0.1 s per trial) to its first line, its "
-                "workers' line, its first trial line, its exit, the stored first_trial_s, and "
-                "a launch of the finished study; median of the runs, the trees' runs alternating",
+                "workers' line (every worker up before ebb00a4, the first since), its first "
+                "trial line, its exit, the stored first_trial_s (and first_worker_s, "
+                "workers_up_s: the last worker up, null where one came up after the search), "
+                "and a launch of the finished study; median of the runs (a stored figure: of "
+                "the runs that have it), the trees' runs alternating",
         "script": "benchmarks/startup_cpu.py",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "load_average_at_end": os.getloadavg()}})
-    for label, tree in args.tree:
-        result[label] = summary(tree, args.gpus, runs[label])
+                    "platform": platform.platform()}})
+    result["machine"].pop("load_average_at_end", None)  # per tree since several runs share a file
+    for label, tree in args.tree:  # the machine's load: what other processes took of its cores
+        result[label] = {**summary(tree, args.gpus, runs[label]),
+                         "load_average_at_end": os.getloadavg()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({label: result[label]["median"] for label in runs}, indent=2))
 

@@ -3,7 +3,12 @@
 # Without a GPU the launch says so and uses the SIMULATED device; with one it tunes for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
+# pip -q prints nothing while it works: say what is being installed and that it takes a while
+python3 -c "import torch" 2>/dev/null || {
+    echo "quickstart: installing PyTorch (CPU build; a few minutes on a fresh machine)"
+    python3 -m pip install -q torch==2.13.0
+}
+echo "quickstart: installing tunefw and its dependencies (pip; minutes on a fresh machine)"
 python3 -m pip install -q -e '.[dev]'
 # The database is the default every tunefw command uses (tunefw.db here; TUNEFW_DB or --db
 # to choose another), so the README's next commands see the quickstart study.

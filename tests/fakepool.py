@@ -4,6 +4,7 @@ under a job, ``stop_after`` ends the launch (as a kill would) after that many re
 compiler pool stands in for the cuda launch's; a pipeline without either runs its finish step."""
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -24,15 +25,19 @@ class Killed(Exception):
 
 
 class FakePool(WorkerPool):
-    """``workers`` simulated workers; ``dies(job, first_seen_index)`` kills the worker."""
+    """``workers`` simulated workers; ``dies(job, first_seen_index)`` kills the worker;
+    ``up_after[i]``: worker i comes up at that poll (before it, it is starting: no jobs)."""
 
     def __init__(self, workers: int = 2, dies: Callable[[Job, int], bool] | None = None,
-                 stop_after: int | None = None, evaluator: Evaluator | None = None) -> None:
+                 stop_after: int | None = None, evaluator: Evaluator | None = None,
+                 up_after: dict[int, int] | None = None) -> None:
         """``evaluator``: what the workers run (default the simulator, no trial time)."""
         self.evaluator = evaluator or SimEvaluator(SimSettings(trial_seconds=0.0))
-        self.infos = [{"gpu": f"fake{i}", "pid": 0, "device": self.evaluator.device_spec(),
-                       "fingerprint": self.evaluator.fingerprint()} for i in range(workers)]
-        self.slots = [Slot(i) for i in range(workers)]
+        self.up_after = up_after or {}
+        self.infos = [None if i in self.up_after else self._info(i) for i in range(workers)]
+        self.slots = [Slot(i, up_at=None) if i in self.up_after else Slot(i)
+                      for i in range(workers)]
+        self.polls = 0
         self.events: list[str] = []
         self.dies = dies or (lambda job, index: False)
         self.stop_after = stop_after
@@ -40,6 +45,10 @@ class FakePool(WorkerPool):
         self.jobs: list[Job] = []  # every submission (a retry again)
         self.results = 0
         self.shut = False
+
+    def _info(self, index: int) -> dict:
+        return {"gpu": f"fake{index}", "pid": 0, "device": self.evaluator.device_spec(),
+                "fingerprint": self.evaluator.fingerprint()}
 
     def submit(self, slot: Slot, job: Job) -> None:
         if id(job) not in self.seen:
@@ -50,7 +59,10 @@ class FakePool(WorkerPool):
     def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
         done: list[tuple[Job, Outcome]] = []
         requeue: list[Job] = []
+        self.polls += 1
         for slot in self.slots:
+            if slot.up_at is None and self.polls >= self.up_after[slot.index]:
+                slot.up_at, self.infos[slot.index] = time.monotonic(), self._info(slot.index)
             if not slot.queue:
                 continue
             if self.stop_after is not None and self.results >= self.stop_after:

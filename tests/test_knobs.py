@@ -177,6 +177,20 @@ def test_the_cli_lists_a_familys_knobs_from_the_declaration():
     assert "tile rows per CTA (of M; of N under SWAP_AB)" in lines["BM"]
 
 
+def test_the_family_listings_as_json_hold_the_declared_values():
+    listed = json.loads(invoke_cli("family", "--json").stdout)
+    assert [f["name"] for f in listed] == sorted(FAMILIES)
+    assert listed[-1] == {"name": "wgmma_sm90", "kernel": WGMMA.kernel, "source": WGMMA.source,
+                          "min_cc": 90, "knobs": list(WGMMA.param_names)}
+    knobs = {k["name"]: k for k in json.loads(invoke_cli("family", "wgmma_sm90",
+                                                         "--json").stdout)["knobs"]}
+    schedule = WGMMA.params[WGMMA.param_names.index("SCHEDULE")]
+    assert knobs["SCHEDULE"]["values"] == list(schedule.values) == ["cooperative", "pingpong"]
+    assert knobs["SCHEDULE"]["cpp"] == {"cooperative": "0", "pingpong": "1"}
+    assert knobs["BN"]["optuna"] == "int 64..256 step 32" and knobs["BN"]["cpp"] is None
+    assert knobs["BM"]["default"] == WGMMA.default_config()["BM"]
+
+
 def test_a_mistyped_entry_is_refused_before_a_header_is_written():
     from tunefw.export.table import render
     from tunefw.runtime.dispatch import DispatchEntry, DispatchTable

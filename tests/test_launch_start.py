@@ -1,6 +1,7 @@
 """A launch's start-up: what it does before Ray. A finished study is said so without starting
 Ray or importing torch (the GPU count comes from the CUDA driver, the simulated device from
-tunefw.device); the processes a launch starts import the driver's own tunefw."""
+tunefw.device); the processes a launch starts import the driver's own tunefw; a simulated
+worker imports torch only where its study injects wrong answers."""
 from __future__ import annotations
 
 import os
@@ -54,3 +55,33 @@ def test_helper_processes_import_nvidias_cuda_not_tunefws():
                          env=dict(os.environ, PYTHONPATH=str(root)), cwd="/").stdout.split()
     assert Path(out[0]).resolve() == root / "tunefw" / "__init__.py"
     assert out[1] == "None" or not Path(out[1]).resolve().is_relative_to(root / "tunefw")
+
+
+SIM_WORKER = """import sys
+from tunefw.evaluate.sim import SimEvaluator
+from tunefw.outcome import TrialSpec
+from tunefw.study.spec import SimSettings
+from tunefw.templates import get_family
+import tunefw.evaluate.replay, tunefw.tune.cluster  # what a simulated or replay worker imports
+spec = TrialSpec(1, "mma_sm80", get_family("mma_sm80").default_config(), {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}, 10.0)
+for faults in ({}, {"wrong": 1.0}):
+    evaluator = SimEvaluator(SimSettings(trial_seconds=0.0, faults=faults))
+    started_with_torch = "torch" in sys.modules
+    done = evaluator.evaluate(spec)
+    print(done.status.value, done.rel_err is None, started_with_torch, done.log)
+"""
+
+
+def test_a_simulated_worker_imports_torch_only_for_wrong_answers():
+    """An OK simulated trial has no output to verify (no rel_err): a worker starts and runs
+    without torch (seconds a process on a small machine); where the study injects wrong
+    answers the worker has torch before its first trial, and a wrong answer is still the real
+    verifier's verdict."""
+    ran = subprocess.run([sys.executable, "-c", SIM_WORKER], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=helper_pythonpath()), cwd="/",
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    ok, wrong, *_ = ran.stdout.splitlines()
+    assert ok.startswith("OK True False SIMULATED device: modeled timing")
+    assert wrong.startswith("WRONG_ANSWER False True SIMULATED: ")
+    assert "rows over their limit" in ran.stdout

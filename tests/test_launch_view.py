@@ -1,7 +1,8 @@
-"""What `tunefw launch` prints: a start-up summary before any worker starts (backend, GPU workers,
-trials budget, each family's declared and valid space), progress lines that say which best is
-screened and which confirmed and mark every figure SIMULATED or REPLAY, and the seconds from the
-command to its first finished trial, stored with the launch's figures and shown by study show.
+"""What `tunefw launch` prints: a start-up summary (backend, GPU workers, trials budget before
+any worker starts; each family's declared and valid space, counted while the workers start),
+progress lines that say which best is screened and which confirmed and mark every figure
+SIMULATED or REPLAY, and the seconds from the command to its workers up and its first finished
+trial, stored with the launch's figures and shown by study show.
 
 The launches run in this process on tests/fakepool.py's pool (no Ray): the sweep itself is
 tested in test_sweep_pipeline.py, the real Ray launch in test_launch_sim.py."""
@@ -11,16 +12,20 @@ import io
 import json
 import sqlite3
 import sys
+import threading
 
 import pytest
 from rich.console import Console
 
+import tunefw.cli.startup
 import tunefw.tune.interrupt
+import tunefw.tune.search
 import tunefw.tune.sweep
 from conftest import db_dump, db_rows, invoke_cli
 from fakepool import FakePool
 from tunefw.cli.progress import LaunchProgress
-from tunefw.cli.startup import startup_lines
+from tunefw.cli.render import startup_figures
+from tunefw.cli.startup import space_lines, startup_lines
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.study.spec import parse_study
@@ -32,16 +37,26 @@ SHAPES = ("4096x4096x4096", "16x28672x4096")
 
 @pytest.fixture
 def fake_ray(monkeypatch):
-    """Launches get a FakePool of --gpus workers; what stdout held when it was asked for is
-    kept (the summary must come before the workers)."""
-    seen: list[str] = []
+    """Launches get a FakePool of --gpus workers. Asked for the pool, it waits (up to 30 s) for
+    the summary's space estimate, which the launch counts in a thread of its own while the
+    workers start; what stdout held then is kept, with whether the estimate was done."""
+    seen: list[tuple[str, bool]] = []
+    counted = threading.Event()
+
+    def spaces(*args):
+        lines = space_lines(*args)
+        counted.set()
+        return lines
 
     def pool(options, spec, replay):
+        done = counted.wait(30)
         sys.stdout.flush()
-        seen.append(sys.stdout.buffer.getvalue().decode())
+        seen.append((sys.stdout.buffer.getvalue().decode(), done))
+        counted.clear()
         return FakePool(workers=options.gpus)
 
     monkeypatch.setattr(tunefw.tune.sweep, "ray_pool", pool)
+    monkeypatch.setattr(tunefw.cli.startup, "space_lines", spaces)
     monkeypatch.setattr(tunefw.tune.interrupt, "stop_on_sigterm", lambda: None)
     return seen
 
@@ -55,14 +70,16 @@ def _launch(db_url: str) -> str:
     return launched.stdout
 
 
-def test_the_summary_comes_first_and_before_the_workers(db_url, fake_ray):
+def test_the_summary_comes_first_and_is_counted_while_the_workers_start(db_url, fake_ray):
     stdout = _launch(db_url)
-    (before_pool,) = fake_ray
-    summary = before_pool.splitlines()
+    ((while_starting, counted),) = fake_ray
+    assert counted  # the space estimate ran beside the pool's start, not before or after it
+    summary = while_starting.splitlines()
     assert summary[0] == ("launch s: backend sim (SIMULATED device), 2 GPU worker(s), 2 "
                           "problem(s) x 3 trials = 6 trials budget (sampler random, confirm "
                           "top 2)")
-    assert stdout.startswith(before_pool)
+    assert stdout.startswith(while_starting)
+    assert stdout.splitlines()[len(summary)].startswith("launch s on 2 worker(s)")
     families = {line.split(":")[0].strip(): line for line in summary[1:] if "declared" in line}
     assert sorted(families) == sorted(FAMILIES)
     for name, line in families.items():
@@ -103,18 +120,55 @@ def test_every_figure_says_simulated_and_which_best_it_is(db_url, fake_ray):
                 f"TFLOP/s, trial {best['trial_id']}{screened} [SIMULATED]") in lines
 
 
-def test_the_first_trial_wait_is_stored_and_shown(db_url, fake_ray):
+def test_the_start_up_is_stored_and_shown(db_url, fake_ray):
+    """The seconds from the command to its workers up and to its first finished trial."""
     stdout = _launch(db_url)
     stats = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)["stats"]
-    first = stats["first_trial_s"]
-    assert isinstance(first, float) and first > 0
+    first, up, every = stats["first_trial_s"], stats["first_worker_s"], stats["workers_up_s"]
+    assert isinstance(first, float) and 0 < up <= first
+    assert every == up  # the in-process pool's workers are up together
+    startup = f"workers up {up:.1f} s, first trial {first:.1f} s after launch"
     end = [line for line in stdout.splitlines() if line.startswith("study s: 6 trials")]
-    assert len(end) == 1 and f"first trial {first:.1f} s after launch" in end[0]
-    assert end[0].endswith("[SIMULATED]")
+    assert len(end) == 1 and end[0].endswith(f", {startup} [SIMULATED]")
     shown = invoke_cli("study", "show", "s", db=db_url).stdout
     assert (f"last launch: 6 trials in {stats['wall_s']:.1f} s ({stats['trials_per_s']:.2f}/s), "
-            f"GPU busy {stats['gpu_busy_mean']:.0%}, first trial {first:.1f} s after launch "
-            "[SIMULATED]") in shown
+            f"GPU busy {stats['gpu_busy_mean']:.0%}, {startup} [SIMULATED]") in shown
+
+
+def test_rejected_configs_are_counted_and_said_to_take_trial_ids(db_url, fake_ray, monkeypatch):
+    """Configs the checks refuse are rows with ids of their own: the launch says how many, so
+    the ids its trial lines skip are accounted for. Each search's first two proposals are
+    made to fail their check here (the screened samplers rarely propose such configs)."""
+    asked: dict[int, int] = {}
+    ask = tunefw.tune.search.ProblemSearch.ask
+
+    def refusing_first_two(search, known):
+        prop = ask(search, known)
+        asked[id(search)] = asked.get(id(search), 0) + 1
+        if prop is not None and asked[id(search)] <= 2:
+            prop.invalid_reason = "refused by the test"
+        return prop
+
+    monkeypatch.setattr(tunefw.tune.search.ProblemSearch, "ask", refusing_first_two)
+    stdout = _launch(db_url)
+    stats = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)["stats"]
+    ((invalid,),) = db_rows(db_url, "SELECT count(*) FROM tunefw_trial WHERE status='INVALID'")
+    assert stats["rejected"] == invalid == 4  # two per problem
+    assert (f"{invalid} config(s) rejected without running (INVALID: refused by the family's "
+            "checks; NOT_RECORDED under replay): stored as rows of their own, with trial ids, "
+            "counted in no budget") in stdout.splitlines()
+
+
+@pytest.mark.parametrize("stats, said", [
+    ({"first_worker_s": 2.04, "workers_up_s": 5.51, "first_trial_s": 2.9},
+     "workers up 2.0-5.5 s, first trial 2.9 s after launch"),
+    ({"first_worker_s": 2.04, "workers_up_s": None, "first_trial_s": 2.9},  # one never up
+     "first worker up 2.0 s, first trial 2.9 s after launch"),
+    ({"first_trial_s": 2.9}, "first trial 2.9 s after launch"),  # stored by an older launch
+    ({}, ""),
+])
+def test_start_up_figures_in_words(stats, said):
+    assert startup_figures(stats) == said
 
 
 def test_a_finished_study_is_said_so_before_any_worker_starts(db_url, fake_ray):

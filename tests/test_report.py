@@ -84,9 +84,9 @@ def _set_rows(db_url: str, name: str, winner_tflops: dict[int, float] | None = N
     store.close()
 
 
-def _render(tmp_path, db_url, name="r") -> tuple[_Page, str]:
+def _render(tmp_path, db_url, name="r", *options: str) -> tuple[_Page, str]:
     page = tmp_path / "report.html"
-    made = invoke_cli("report", name, "--html", str(page), db=db_url)
+    made = invoke_cli("report", name, "--html", str(page), *options, db=db_url)
     assert made.returncode == 0, made.stderr
     parsed = _Page()
     parsed.feed(page.read_text())
@@ -170,7 +170,7 @@ def test_winners_table_has_a_column_per_knob_and_marks_losses(simulated):
     assert header[12:12 + len(KNOBS)] == KNOBS
     assert header[12 + len(KNOBS):] == ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B",
                                         "regs/thread (ptxas)", "static smem B (ptxas)",
-                                        "spill B (ptxas)"]
+                                        "spill B (ptxas)", "ptxas from"]
     cells = [dict(zip(header, row)) for row in rows]
     assert [c["problem"] for c in cells] == LABELS
     assert [(c["ratio"], c["vs cuBLAS"], c["TFLOP/s"], c["screen ratio"]) for c in cells] == [
@@ -184,14 +184,36 @@ def test_winners_table_has_a_column_per_knob_and_marks_losses(simulated):
     seeds = FAMILIES["mma_sm80"].seed_configs()
     assert [[c[k] for k in KNOBS] for c in cells] == [[str(seeds[4][k]) for k in KNOBS]] * 2
     assert all(int(c["threads"]) > 0 and int(c["dynamic smem B"]) > 0 for c in cells)
-    assert [(c["regs/thread (ptxas)"], c["static smem B (ptxas)"], c["spill B (ptxas)"])
-            for c in cells] == [("154", "1024", "0"), ("-", "-", "-")]
+    assert [(c["regs/thread (ptxas)"], c["static smem B (ptxas)"], c["spill B (ptxas)"],
+             c["ptxas from"]) for c in cells] == [("154", "1024", "0", "trial"),
+                                                   ("-", "-", "-", "-")]
     outcomes = parsed.tables["outcomes"][0]["rows"]
     assert outcomes[0][0] == "problem" and outcomes[0][-1] == "evaluated" and "OK" in outcomes[0]
     assert [row[0] for row in outcomes[1:]] == LABELS
     assert all(row[-1] == "5" for row in outcomes[1:])
     device = dict(parsed.tables["device"][0]["rows"][1:])
     assert device["name"] == "SIMULATED NVIDIA H200"
+
+
+def test_ptxas_fills_the_winners_without_figures_by_compiling_them(tmp_path, db_url, seeded):
+    """--ptxas: the second winner (a simulated trial: no figures stored) is compiled here for
+    the device's architecture; the first keeps its trial's figures."""
+    from tunefw.cuda.compiler import compile_kernel
+    parsed, stdout = _render(tmp_path, db_url, "r", "--ptxas", "--cache-dir",
+                             str(tmp_path / "cubins"))
+    assert stdout.strip().endswith("; ptxas figures of 1 winner(s) compiled for it")
+    (winners,) = parsed.tables["winners"]
+    header, *rows = winners["rows"]
+    cells = [dict(zip(header, row)) for row in rows]
+    config = {k: int(cells[1][k]) for k in KNOBS}
+    compiled = compile_kernel(FAMILIES["mma_sm80"], config, "bf16", H200.arch,
+                              cache_dir=tmp_path / "cubins")
+    assert compiled.cached  # the report's own compile, found in its cache
+    assert [(c["regs/thread (ptxas)"], c["static smem B (ptxas)"], c["spill B (ptxas)"],
+             c["ptxas from"]) for c in cells] == [
+        ("154", "1024", "0", "trial"),
+        (str(compiled.regs), str(compiled.smem), str(compiled.spill_bytes),
+         "compiled for this report")]
 
 
 @pytest.mark.parametrize("backend, name, banner", [

@@ -79,6 +79,27 @@ def test_a_launch_fills_each_budget_and_confirms_each_winner(store, db_url):
     assert pool.shut
 
 
+def test_trials_start_on_the_first_worker_up_and_a_late_one_joins(store):
+    """The pool is handed out with one worker up: the search starts on it; the other takes
+    jobs once up, its wait charged to its start, and the launch stores both times."""
+    _study(store, trials=6)
+    pool = FakePool(workers=2, up_after={1: 4})
+    stats = _launch(store, pool)
+    gpus = [t.gpu for t in _rows(store) if t.status == "OK"]
+    assert len(gpus) == 12 and "fake1" in gpus
+    assert gpus[:3] == ["fake0"] * 3  # before worker 1 came up, at the fourth poll
+    assert stats["starved_s"]["start"] > 0
+    assert 0 <= stats["first_worker_s"] <= stats["workers_up_s"] <= stats["first_trial_s"] + 60
+
+
+def test_a_worker_that_never_comes_up_runs_nothing_and_is_named_by_its_index(store):
+    _study(store, trials=3)
+    stats = _launch(store, FakePool(workers=2, up_after={1: 10**9}))
+    assert {t.gpu for t in _rows(store)} == {"fake0"}
+    assert stats["workers_up_s"] is None and stats["first_worker_s"] is not None
+    assert stats["gpu_busy"]["worker 1 (never up)"] == 0.0
+
+
 def test_a_lost_worker_leaves_a_worker_lost_row_and_a_linked_retry(store, db_url):
     """The second trial's worker dies once (its retry is OK), the fourth's on both attempts
     (RUNTIME_CRASH). Neither loss counts against the budget of 5."""
@@ -96,6 +117,7 @@ def test_a_lost_worker_leaves_a_worker_lost_row_and_a_linked_retry(store, db_url
     assert retried.log.startswith(f"retry of trial {lost.id} (its worker died)\n")
     assert "attempt 2: WORKER_LOST" in crashed.log and "the config kills it" in crashed.log
     assert stats["restarts"] == 3 and stats["trials"] == 4  # results a worker returned
+    assert stats["rejected"] == len([t for t in _rows(store) if t.status == "INVALID"])
     shown = json.loads(invoke_cli("study", "show", "s", "--json", db=db_url).stdout)
     (problem,) = shown["problems"]
     assert problem["evaluated"] == 5

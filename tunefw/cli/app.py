@@ -40,31 +40,10 @@ def _root(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, metavar="
     state["db"] = db
 
 
-def hoist_db(args: List[str]) -> List[str]:
-    """``--db URL`` (or ``--db=URL``) may be typed after the subcommand, where people type it;
-    it moves to the front, where the app's callback reads it."""
-    front, rest, i = [], [], 0
-    while i < len(args):
-        a = args[i]
-        if a == "--":
-            rest += args[i:]
-            break
-        if a == "--db" and i + 1 < len(args):
-            front += args[i:i + 2]
-            i += 2
-            continue
-        if a.startswith("--db="):
-            front.append(a)
-        else:
-            rest.append(a)
-        i += 1
-    return front + rest
-
-
 def run(args: List[str]) -> int:
     """Run the app on ``args``; every error becomes one line on stderr; returns the exit code."""
     from tunefw.cli.exit import run_command
     try:
-        return run_command(typer.main.get_command(app), hoist_db(list(args)), err)
+        return run_command(typer.main.get_command(app), list(args), err)
     finally:
         close_all()

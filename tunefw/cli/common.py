@@ -2,6 +2,11 @@
 (opened per command, closed when it ends)."""
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Callable, Optional, TypeVar
+
+import typer
 from rich.console import Console
 
 from tunefw.cli.console import console
@@ -13,6 +18,25 @@ state: dict = {"db": None, "stores": []}
 
 DB_HELP = ("Database: a SQLAlchemy URL or a SQLite file path; default $TUNEFW_DB or "
            "sqlite:///tunefw.db.")
+JSON_HELP = "Machine-readable output (the same data)."
+Command = TypeVar("Command", bound=Callable)
+
+
+def takes_db(command: Command) -> Command:
+    """The command gets its own ``--db URL`` (listed in its --help; typed after the subcommand,
+    where people type it), beside the one before the subcommand; the later one wins."""
+    signature = inspect.signature(command)
+    db = inspect.Parameter("db", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                           default=typer.Option(None, "--db", help=DB_HELP, metavar="URL"))
+
+    @functools.wraps(command)
+    def with_db(*args, db: Optional[str] = None, **kwargs):
+        if db is not None:
+            state["db"] = db
+        return command(*args, **kwargs)
+
+    with_db.__signature__ = signature.replace(parameters=[*signature.parameters.values(), db])
+    return with_db  # type: ignore[return-value]
 
 
 def open_db(mode: str = "read") -> Store:

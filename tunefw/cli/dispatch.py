@@ -15,9 +15,9 @@ out = console()
 
 @dispatch_app.command("explain")
 def dispatch_explain(
-    path: Path = typer.Argument(..., help="dispatch.json"),
+    path: Path = typer.Argument(..., help="dispatch.json", metavar="DISPATCH.json"),
     shapes: List[str] = typer.Argument(..., help="One or more MxNxK.", metavar="MxNxK..."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16."),
+    dtype: str = typer.Option("bf16", "--dtype", metavar="bf16|fp16", help="bf16 | fp16."),
 ) -> None:
     """Which rule serves each shape, from which entry, on what evidence (no GPU needed)."""
     from tunefw.problem import parse_shape
@@ -32,7 +32,8 @@ def dispatch_explain(
 
 @dispatch_app.command("calibrate")
 def dispatch_calibrate(
-    path: Path = typer.Argument(..., help="dispatch.json (rewritten unless --out)."),
+    path: Path = typer.Argument(..., help="dispatch.json (rewritten unless --out).",
+                                metavar="DISPATCH.json"),
     shapes: Optional[Path] = typer.Option(None, "--shapes", metavar="FILE",
                                           help="Shapes: one MxNxK [dtype] per line, or a JSON list."),
     model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
@@ -42,8 +43,10 @@ def dispatch_calibrate(
     min_ratio: Optional[float] = typer.Option(None, "--min-ratio", metavar="RATIO",
                                               help="A measured ratio below this routes the "
                                               "shape to cuBLAS (default: the table's, 1.0)."),
-    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", help="Shipped cubins."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", metavar="DIR",
+                                             help="Shipped cubins."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory."),
 ) -> None:
     """Time each non-exact rule on in-between shapes against cuBLAS; record it as evidence."""
     from tunefw.errors import UserError
@@ -68,7 +71,8 @@ def dispatch_calibrate(
 
 
 @dispatch_app.command("schema")
-def dispatch_schema(path: Optional[Path] = typer.Argument(None, help="Write here (default: stdout).")) -> None:
+def dispatch_schema(path: Optional[Path] = typer.Argument(
+        None, help="Write here (default: stdout).", metavar="PATH")) -> None:
     """The JSON schema of dispatch.json (schema_version 2)."""
     from tunefw.export.files import write_atomic
     from tunefw.runtime.dispatch_schema import json_schema

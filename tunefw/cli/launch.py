@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from tunefw.cli.common import err, open_db, out
+from tunefw.cli.common import err, open_db, out, takes_db
 from tunefw.errors import UserError
 
 SIM_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))  # simulated workers of a local Ray
@@ -47,17 +47,23 @@ def _local_gpus() -> int:
         return 0
 
 
+@takes_db
 def launch(
-    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest)."),
-    gpus: int = typer.Option(1, "--gpus", help="GPU workers: one Ray actor pinned to each GPU."),
-    backend: str = typer.Option("auto", "--backend", help="auto (cuda if a GPU is visible, "
+    study: Optional[str] = typer.Argument(None, help="Study name (default: the newest).",
+                                          metavar="STUDY"),
+    gpus: int = typer.Option(1, "--gpus", metavar="N",
+                             help="GPU workers: one Ray actor pinned to each GPU."),
+    backend: str = typer.Option("auto", "--backend", metavar="auto|sim|cuda|replay:PATH",
+                                help="auto (cuda if a GPU is visible, "
                                 "else sim) | sim (SIMULATED device on CPU) | cuda | "
                                 "replay:PATH[?delay=S] (answer from recorded sweeps)."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster "
+    address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                          help="Join this Ray cluster "
                                           "(e.g. 127.0.0.1:6379) instead of starting one."),
     new_round: bool = typer.Option(False, "--new-round", help="Start a new round (needed after "
                                    "the device or a parameter space changed)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory "
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory "
                                              "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", metavar="SECONDS",
                                                help="Stop asking for new trials after this long, "
@@ -66,11 +72,12 @@ def launch(
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
     started_at = time.monotonic()
     from tunefw.cli.progress import LaunchProgress
-    from tunefw.cli.startup import expected_device, startup_lines
+    from tunefw.cli.render import startup_figures
+    from tunefw.cli.startup import expected_device, space_lines, startup_lines
     from tunefw.store import queries as q
     from tunefw.study.spec import StudySpec
     from tunefw.tune.interrupt import stop_on_sigterm
-    from tunefw.tune.sweep import LaunchOptions, Sweep
+    from tunefw.tune.sweep import LaunchOptions, Sweep, usable_families
 
     if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
         raise UserError(f"--time-limit {time_limit:g}: expected a finite, positive number of "
@@ -88,22 +95,30 @@ def launch(
         return
     replay = backend if chosen == "replay" else None
     device = expected_device(chosen, replay, address)
-    for line in startup_lines(spec, chosen, gpus, device):  # within a second, before Ray
+    # no family runs on a device known ahead: one line, before Ray starts
+    families = None if device is None else usable_families(spec, device)
+    for line in startup_lines(spec, chosen, gpus, device):  # before Ray starts
         out.print(line, markup=False, highlight=False)
     stop_on_sigterm()
     options = LaunchOptions(gpus=gpus, backend=chosen, address=address, new_round=new_round,
                             cache_dir=cache_dir, time_limit_s=time_limit, replay=replay,
                             started_at=started_at)
-    with LaunchProgress(out, spaces_for=spec if device is None else None) as progress:
+    spaces = None if device is None else (lambda: space_lines(spec, families, device, chosen))
+    with LaunchProgress(out, spaces_for=spec if device is None else None,
+                        while_starting=spaces) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
     if not stats["trials"]:
         out.print(f"study {name}: nothing left to run (every problem has its budget)")
         return
-    first = stats["first_trial_s"]
+    startup = startup_figures(stats)
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
               f"({stats['trials_per_s']:.2f}/s), GPU busy {stats['gpu_busy_mean']:.0%}"
-              + ("" if first is None else f", first trial {first:.1f} s after launch")
+              + (f", {startup}" if startup else "")
               + (" [SIMULATED]" if stats["simulated"] else "")
               + (" [REPLAY]" if stats.get("replay") else ""), markup=False, highlight=False)
+    if stats["rejected"]:  # their rows take trial ids: the ids the trial lines skip
+        out.print(f"{stats['rejected']} config(s) rejected without running (INVALID: refused "
+                  "by the family's checks; NOT_RECORDED under replay): stored as rows of their "
+                  "own, with trial ids, counted in no budget", markup=False, highlight=False)
     if stats["stopped_at_time_limit"]:
         out.print("time limit reached: trials in flight were finished; launch again to resume")

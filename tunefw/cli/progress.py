@@ -4,6 +4,7 @@ where the figures are not measurements."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,9 +17,11 @@ from tunefw.study.spec import StudySpec
 class LaunchProgress:
     """A context manager whose ``hook(event, data)`` the sweep calls as things happen;
     ``spaces_for``: the study whose families' spaces to print once the workers report their
-    device (None: the start-up summary already did)."""
+    device; ``while_starting``: the summary's lines to print while the workers start (the
+    sweep calls the hook's "starting" from a thread of its own meanwhile)."""
 
-    def __init__(self, console: Console, spaces_for: StudySpec | None = None) -> None:
+    def __init__(self, console: Console, spaces_for: StudySpec | None = None,
+                 while_starting: Callable[[], list[str]] | None = None) -> None:
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
@@ -29,6 +32,7 @@ class LaunchProgress:
         self.finished = 0
         self.kind: str | None = None
         self.spaces_for = spaces_for
+        self.while_starting = while_starting
 
     def __enter__(self) -> "LaunchProgress":
         self.progress.__enter__()
@@ -45,7 +49,10 @@ class LaunchProgress:
         self.progress.console.print(text, markup=False, highlight=False)
 
     def hook(self, event: str, data: dict) -> None:
-        if event == "start":
+        if event == "starting" and self.while_starting is not None:
+            for line in self.while_starting():
+                self._print(line)
+        elif event == "start":
             self._start(data)
         elif event == "trial":
             row = data["problem"]
@@ -76,9 +83,12 @@ class LaunchProgress:
 
     def _start(self, data: dict) -> None:
         self.kind = KIND.get(data["backend"])
-        self.console.print(f"launch [bold]{data['study']}[/] on {len(data['workers'])} "
-                           f"worker(s) {data['workers']} - device {data['device']}"
-                           + (f" [bold yellow]({self.kind})[/]" if self.kind else ""))
+        up, count = len(data["workers"]), data.get("worker_count", len(data["workers"]))
+        self.console.print(f"launch [bold]{data['study']}[/] on "
+                           + (f"{up} worker(s)" if up == count else f"{up} of {count} workers")
+                           + f" {data['workers']} - device {data['device']}"
+                           + (f" [bold yellow]({self.kind})[/]" if self.kind else "")
+                           + ("" if up == count else "; the others take trials as they start"))
         if self.spaces_for is not None:
             for line in space_lines(self.spaces_for, data["families"], data["device_spec"],
                                     data["backend"]):

@@ -31,6 +31,23 @@ def tag(kind: str | None) -> str:
     return f" [{kind}]" if kind else ""
 
 
+def startup_figures(stats: dict) -> str:
+    """A launch's start-up in words, seconds from the command: its workers up (the first, and
+    the last where they differ; the first alone where one never came up) and its first
+    finished trial; '' where none was stored (older launches)."""
+    first, every, trial = (stats.get(k) for k in ("first_worker_s", "workers_up_s",
+                                                  "first_trial_s"))
+    parts = []
+    if first is not None and every is None:
+        parts.append(f"first worker up {first:.1f} s")
+    elif first is not None:
+        last = "" if f"{every:.1f}" == f"{first:.1f}" else f"-{every:.1f}"
+        parts.append(f"workers up {first:.1f}{last} s")
+    if trial is not None:
+        parts.append(f"first trial {trial:.1f} s")
+    return ", ".join(parts) + " after launch" if parts else ""
+
+
 def launch_line(stats: dict | None, kind: str | None) -> str | None:
     """The last launch's figures in one line (what a launch stored; older launches stored
     fewer), or None where the study never ran."""
@@ -40,8 +57,9 @@ def launch_line(stats: dict | None, kind: str | None) -> str | None:
              f"({stats['trials_per_s']:.2f}/s)"]
     if "gpu_busy_mean" in stats:
         parts.append(f"GPU busy {stats['gpu_busy_mean']:.0%}")
-    if stats.get("first_trial_s") is not None:
-        parts.append(f"first trial {stats['first_trial_s']:.1f} s after launch")
+    startup = startup_figures(stats)
+    if startup:
+        parts.append(startup)
     return "last launch: " + ", ".join(parts) + tag(kind)
 
 

@@ -9,14 +9,17 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tunefw.cli.common import err, open_db, out
+from tunefw.cli.common import err, open_db, out, takes_db
 from tunefw.errors import UserError
 
 
+@takes_db
 def export_cmd(
-    path: Path = typer.Argument(Path("dispatch.json"), help="Output file."),
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest)."),
-    fmt: str = typer.Option("json", "--format", help="json | csv | cpp (a C++ header) | sweep "
+    path: Path = typer.Argument(Path("dispatch.json"), help="Output file.", metavar="PATH"),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the newest).",
+                                        metavar="NAME"),
+    fmt: str = typer.Option("json", "--format", metavar="json|csv|cpp|sweep",
+                            help="json | csv | cpp (a C++ header) | sweep "
                             "(recorded sweeps: PATH is a directory, or a file for one problem)."),
     allow_mixed: bool = typer.Option(False, "--allow-mixed-devices",
                                      help="Export even if winners come from different devices."),
@@ -50,14 +53,22 @@ def export_cmd(
               + (" (REPLAY of recorded sweeps)" if table.fingerprint.get("replay") else ""))
 
 
+@takes_db
 def bench_cmd(
-    path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study)."),
-    study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners."),
-    against: str = typer.Option("cublas,triton", "--against", help="Baselines: cublas,triton."),
-    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Write an HTML page here."),
-    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", help="Shipped cubins (runtime docs)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    path: Optional[Path] = typer.Argument(None, help="dispatch.json (or use --study).",
+                                          metavar="DISPATCH.json"),
+    study: Optional[str] = typer.Option(None, "--study", help="Bench this study's winners.",
+                                        metavar="NAME"),
+    against: str = typer.Option("cublas,triton", "--against", metavar="LIST",
+                                help="Baselines: cublas,triton."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here.",
+                                            metavar="FILE"),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write an HTML page here.",
+                                             metavar="FILE"),
+    cubin_dir: Optional[Path] = typer.Option(None, "--cubin-dir", metavar="DIR",
+                                             help="Shipped cubins (runtime docs)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory."),
 ) -> None:
     """Time the runtime path, cuBLAS and Triton for every dispatch entry (needs a GPU)."""
     from tunefw.export.files import write_atomic
@@ -93,12 +104,16 @@ def bench_cmd(
 
 
 def search_eval_cmd(
-    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them."),
-    samplers: str = typer.Option("tpe,random,grid", "--samplers",
+    sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them.",
+                                        metavar="SWEEPS..."),
+    samplers: str = typer.Option("tpe,random,grid", "--samplers", metavar="LIST",
                                  help="Comma-separated: tpe, random, grid, cmaes."),
-    seeds: int = typer.Option(20, "--seeds", help="Seeded runs per sweep and sampler."),
-    budgets: str = typer.Option("16,32,64,128", "--budgets", help="Comma-separated budgets."),
-    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
+    seeds: int = typer.Option(20, "--seeds", metavar="N",
+                              help="Seeded runs per sweep and sampler."),
+    budgets: str = typer.Option("16,32,64,128", "--budgets", metavar="LIST",
+                                help="Comma-separated budgets."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here.",
+                                            metavar="FILE"),
     merge: bool = typer.Option(False, "--merge", help="Search the sweeps of one problem (a "
                                "uniform sample and TPE runs of it) as one: their union."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", metavar="PNG",
@@ -135,12 +150,21 @@ def search_eval_cmd(
         write_atomic(plot_path, search_eval_figure(result))
 
 
+@takes_db
 def report_cmd(
-    study: str = typer.Argument(..., help="Study name."),
-    html_path: Path = typer.Option(..., "--html", help="Write the HTML report here."),
+    study: str = typer.Argument(..., help="Study name.", metavar="STUDY"),
+    html_path: Path = typer.Option(..., "--html", help="Write the HTML report here.",
+                                   metavar="FILE"),
+    ptxas: bool = typer.Option(False, "--ptxas", help="Compile each winner whose trial stored "
+                               "no ptxas figures (simulated, replayed) for its registers, "
+                               "shared memory and spills (NVRTC, no GPU)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory (with --ptxas)."),
 ) -> None:
     """A self-contained HTML report: TFLOP/s vs cuBLAS, convergence, outcomes, winners, device."""
     from tunefw.report import write_report
-    data = write_report(open_db("read"), study, html_path)
+    data = write_report(open_db("read"), study, html_path, ptxas, cache_dir)
     out.print(f"wrote {html_path}: {len(data['problems'])} problem(s)"
-              + (" (SIMULATED)" if data["simulated"] else ""))
+              + (" (SIMULATED)" if data["simulated"] else "")
+              + (f"; ptxas figures of {data['compiled']} winner(s) compiled for it"
+                 if data["compiled"] else ""))

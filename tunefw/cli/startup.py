@@ -1,6 +1,7 @@
-"""What `tunefw launch` says before Ray starts: the backend, the GPU workers, the trials budget
-and each family's search space for the study's problems (declared, and valid on the device the
-workers will report where that is known ahead: else once they report it)."""
+"""What `tunefw launch` says first: the backend, the GPU workers, the trials budget (before Ray
+starts), and each family's search space for the study's problems (declared, and valid on the
+device the workers will report: counted while Ray starts where that device is known ahead,
+else once they report it)."""
 from __future__ import annotations
 
 from tunefw.cli.render import tag
@@ -70,8 +71,9 @@ def space_lines(spec: StudySpec, families: list[str], device: DeviceSpec,
 
 
 def startup_lines(spec: StudySpec, backend: str, gpus: int, device: DeviceSpec | None) -> list[str]:
-    """The summary: backend, GPU workers, trials budget, then the families' spaces (valid
-    sizes where the device is known ahead)."""
+    """The summary's first line: backend, GPU workers, trials budget; where the device is not
+    known ahead, a line saying the spaces follow the workers' report (space_lines' lines come
+    once it is known: they take a second or more, so they are counted while Ray starts)."""
     kind = KIND.get(backend)
     budget = spec.trials * len(spec.problems)
     lines = [f"launch {spec.name}: backend {backend}" + (f" ({kind} device)" if kind else "")
@@ -82,6 +84,4 @@ def startup_lines(spec: StudySpec, backend: str, gpus: int, device: DeviceSpec |
         names = spec.families or ["every family the device supports"]
         lines.append(f"  families: {', '.join(names)}; valid-space sizes once the workers report "
                      "their device")
-        return lines
-    from tunefw.tune.sweep import usable_families
-    return lines + space_lines(spec, usable_families(spec, device), device, backend)
+    return lines

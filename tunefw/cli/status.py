@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tunefw.cli.common import open_db, out, state
+from tunefw.cli.common import JSON_HELP, open_db, out, state, takes_db
 from tunefw.cli.render import launch_line, print_json, tag
 
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
@@ -50,8 +50,8 @@ def status_data() -> list[dict]:
     return rows
 
 
-def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output (the "
-                                        "same data).")) -> None:
+@takes_db
+def status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Studies in progress, the workers of their last launch, and recent errors."""
     studies = status_data()
     if as_json:
@@ -86,6 +86,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 @db_app.command("upgrade")
+@takes_db
 def db_upgrade() -> None:
     """Upgrade an older tunefw database to this version's schema."""
     from tunefw.store import upgrade_store

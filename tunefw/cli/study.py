@@ -8,13 +8,12 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from tunefw.cli.common import open_db, out
+from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
 from tunefw.cli.render import knobs, launch_line, number, print_json, ratio
 from tunefw.errors import UserError
 from tunefw.study.schema import SAMPLERS
 
 study_app = typer.Typer(help="Create, list, show and delete studies.", no_args_is_help=True)
-JSON_HELP = "Machine-readable output (the same data)."
 
 
 def _option_values(trials: Optional[int], seed: Optional[int], timeout: Optional[float],
@@ -37,6 +36,7 @@ def _option_values(trials: Optional[int], seed: Optional[int], timeout: Optional
 
 
 @study_app.command("create")
+@takes_db
 def study_create(
     name: str = typer.Argument(..., metavar="NAME",
                                          help="Study name (overrides the file's name)."),
@@ -104,6 +104,7 @@ def study_create(
 
 
 @study_app.command("list")
+@takes_db
 def study_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List studies with their progress."""
     from tunefw.store import queries as q
@@ -161,6 +162,7 @@ def show_data(name: str) -> dict:
 
 
 @study_app.command("show")
+@takes_db
 def study_show(name: str = typer.Argument(..., metavar="NAME", help="Study name."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Per problem: trials evaluated, outcomes, and the best config so far (its knobs, its
@@ -191,6 +193,7 @@ def study_show(name: str = typer.Argument(..., metavar="NAME", help="Study name.
 
 
 @study_app.command("delete")
+@takes_db
 def study_delete(name: str = typer.Argument(..., metavar="NAME", help="Study name.")) -> None:
     """Delete a study, its trials and its Optuna searches."""
     import optuna

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from tunefw.cli.common import open_db, out
+from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
 from tunefw.cli.render import knobs, number, print_json, ratio, tag
 from tunefw.errors import UserError
 from tunefw.outcome import Status
@@ -60,6 +60,7 @@ def list_data(study_name: str, problem: Optional[str], outcome: Optional[str],
 
 
 @trial_app.command("list")
+@takes_db
 def trial_list(
     study: str = typer.Argument(..., metavar="STUDY", help="Study name."),
     problem: Optional[str] = typer.Option(None, "--problem", metavar="MxNxK",
@@ -68,8 +69,7 @@ def trial_list(
                                           help=f"Only trials of this outcome ({OUTCOMES})."),
     top: Optional[int] = typer.Option(None, "--top", metavar="N",
                                       help="The best N by ratio to cuBLAS, best first."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (the same "
-                                 "data)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """A study's trials of its current round, one row each: problem and layer, family,
     outcome, ratio to cuBLAS, TFLOP/s and the config's knobs."""
@@ -89,9 +89,10 @@ def trial_list(
 
 
 @trial_app.command("show")
+@takes_db
 def trial_show(trial_id: int = typer.Argument(..., metavar="ID",
                                               help="Trial id (as in trial list, study show)."),
-               as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A trial's problem and layer, config, outcome, timings, ptxas's figures, device and log."""
     from tunefw.store import queries as q
     from tunefw.store.models import Problem, Study, Trial

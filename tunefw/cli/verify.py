@@ -15,16 +15,21 @@ out = console()
 
 
 def verify_cmd(
-    target: str = typer.Argument(..., help="dispatch.json, or a family name (skinny_sm90, ...)."),
+    target: str = typer.Argument(..., help="dispatch.json, or a family name (skinny_sm90, ...).",
+                                 metavar="DISPATCH.json|FAMILY"),
     families: Optional[Path] = typer.Option(
         None, "--families", metavar="FILE", help="A Python file defining FAMILIES (kernel "
         "templates whose sources lie beside it): its families can be verified by name."),
-    shapes: Optional[str] = typer.Option(None, "--shapes", help="'edge' or a file of MxNxK lines "
+    shapes: Optional[str] = typer.Option(None, "--shapes", metavar="edge|FILE",
+                                         help="'edge' or a file of MxNxK lines "
                                          "(a family needs them; a table adds them to its own)."),
-    sample: int = typer.Option(8, "--sample", help="Random valid configs per shape (a family)."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
-    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cubin cache directory."),
+    sample: int = typer.Option(8, "--sample", metavar="N",
+                               help="Random valid configs per shape (a family)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Sampling seed."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Write the result JSON here.",
+                                            metavar="FILE"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                             help="Cubin cache directory."),
     sanitize_tools: Optional[str] = typer.Option(
         None, "--sanitize", metavar="TOOLS", help="Verify once more under compute-sanitizer, per "
         "tool: memcheck, racecheck or memcheck,racecheck (errors and verdicts per tool)."),

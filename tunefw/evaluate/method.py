@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from tunefw.evaluate import method_id
+
 DTYPE_BOUND = {"bf16": 2e-2, "fp16": 2e-2}
 UNIT_ROUNDOFF = {"bf16": 2.0**-9, "fp16": 2.0**-12}
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -111,9 +113,7 @@ ANCHORED_SCREEN_MIN_MS = 40.0  # of the slower side
 # The timing method's name, part of every trial's device fingerprint: a stored measurement is
 # reused, and a study round resumed, only under the method that took it (a ratio to a cuBLAS
 # screened once per worker is not the ratio to the cuBLAS interleaved with the screen).
-# 2: graph timings cycle over operand copies past L2; 3: the flush reads (leaves no dirty lines)
-# and kernels under 0.1 ms are timed as graphs (benchmarks/results/timing_method_h200.json)
-METHOD = "anchored-3"
+METHOD = method_id.METHOD
 MAX_LAUNCHES = 5000
 # Kernels faster than this are also timed as a CUDA graph of back-to-back launches over operand
 # copies: every decode GEMM (gate_up at M=1 runs ~57 us). Single launches of 20-70 us between

@@ -4,24 +4,31 @@ The timing model is a roofline with tile and wave quantization and occupancy; it
 never a measurement, and everything it produces says so (evaluator 'sim', a 'SIMULATED'
 fingerprint). Faults are real: a crash exits the worker process, a hang blocks until the
 watchdog kills it, a wrong answer is rejected by the real verifier, a compile error comes from
-really compiling broken source.
+really compiling broken source. A trial without a fault has no output to verify (no rel_err),
+so a simulated worker imports torch (seconds of a small machine's CPU) only where its study
+injects wrong answers, then at its start: not inside a trial's timeout.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunefw.device import SIM_DEVICE, DeviceSpec
-from tunefw.evaluate import method
+from tunefw.evaluate.method_id import METHOD
 from tunefw.outcome import Outcome, Status, TrialSpec
 from tunefw.problem import GemmProblem
 from tunefw.study.spec import FAULTS, SimSettings
 from tunefw.templates import get_family
 from tunefw.templates.base import KernelTemplate
+
+if TYPE_CHECKING:
+    from tunefw.evaluate.method import Verdict
 
 CUBLAS_EFFICIENCY = 0.80
 LAUNCH_US = 4.0
@@ -30,7 +37,7 @@ LAUNCH_US = 4.0
 def sim_fingerprint(device: DeviceSpec = SIM_DEVICE) -> dict:
     return {"name": f"SIMULATED {device.name}", "simulated": True, "cc": device.cc,
             "sm_count": device.sm_count, "driver": "sim", "cuda": "sim", "compiler": "sim",
-            "method": method.METHOD}
+            "method": METHOD}
 
 
 def _unit(*parts: object) -> float:
@@ -99,6 +106,8 @@ class SimEvaluator:
     def __init__(self, settings: SimSettings, gpu: str = "") -> None:
         self.settings = settings
         self.gpu = gpu or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if settings.faults.get("wrong"):  # the verifier's torch, loaded before any trial's clock
+            importlib.import_module("tunefw.evaluate.method")
 
     def fingerprint(self) -> dict:
         return sim_fingerprint()
@@ -119,18 +128,18 @@ class SimEvaluator:
                 time.sleep(3600)
         time.sleep(self.settings.trial_seconds)
         problem = GemmProblem(**spec.problem)
-        verdict = self._verify_small(spec, corrupt=fault == "wrong")
-        busy = time.perf_counter() - start
-        if not verdict.ok:
+        if fault == "wrong":
+            verdict = wrong_answer_verdict(spec)
             return Outcome(Status.WRONG_ANSWER, log=f"SIMULATED: {verdict.reason}",
-                           rel_err=verdict.rel_err, busy_s=busy, **base)
+                           rel_err=verdict.rel_err, busy_s=time.perf_counter() - start, **base)
+        busy = time.perf_counter() - start
         t = model_time_ms(spec.family, spec.config, problem)
         jitter = 1.0 + 0.01 * (_unit("noise", spec.trial_id) - 0.5)
         t *= jitter
         tc = cublas_time_ms(problem)
         return Outcome(Status.OK, log="SIMULATED device: modeled timing", median_ms=t,
                        min_ms=t * 0.99, iqr_ms=t * 0.01, tflops=problem.flops / t / 1e9,
-                       rel_err=verdict.rel_err, cublas_tflops=problem.flops / tc / 1e9,
+                       cublas_tflops=problem.flops / tc / 1e9,
                        cublas_median_ms=tc, busy_s=busy, **base)
 
     def confirm(self, spec: TrialSpec, compiled: object = None) -> Outcome:
@@ -143,16 +152,19 @@ class SimEvaluator:
                        cublas_tflops=problem.flops / tc / 1e9, cublas_median_ms=tc,
                        fingerprint=self.fingerprint(), gpu=self.gpu, evaluator=self.name)
 
-    def _verify_small(self, spec: TrialSpec, corrupt: bool) -> method.Verdict:
-        """Run the real verifier on a small CPU GEMM standing in for the kernel's output."""
-        dtype = spec.problem["dtype"]
-        a, b = method.make_inputs(48, 40, 64, dtype, seed=spec.trial_id)
-        ref = method.reference(a, b)
-        out = ref.to(method.TORCH_DTYPE[dtype])
-        baseline = (a @ b.T) if dtype == "bf16" else out.clone()
-        if corrupt:  # one wrong row: the per-row check must catch what the global norm hides
-            out[7] = out[7] * 1.03
-        return method.verify(out, ref, dtype, baseline=baseline)
+
+def wrong_answer_verdict(spec: TrialSpec) -> Verdict:
+    """The real verifier's verdict on a small CPU GEMM standing in for a wrong kernel's output:
+    one row off by 3%, what the per-row check must catch where the global norm hides it."""
+    from tunefw.evaluate import method  # torch, imported when the evaluator was made
+
+    dtype = spec.problem["dtype"]
+    a, b = method.make_inputs(48, 40, 64, dtype, seed=spec.trial_id)
+    ref = method.reference(a, b)
+    out = ref.to(method.TORCH_DTYPE[dtype])
+    baseline = (a @ b.T) if dtype == "bf16" else out.clone()
+    out[7] = out[7] * 1.03
+    return method.verify(out, ref, dtype, baseline=baseline)
 
 
 BROKEN_KERNEL = """

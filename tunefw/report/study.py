@@ -8,6 +8,7 @@ from pathlib import Path
 from tunefw.export.files import write_atomic
 from tunefw.report.data import StudyReport, study_data
 from tunefw.report.page import fingerprint_html, note, page, section
+from tunefw.report.ptxas import compile_missing
 from tunefw.report.search_figures import convergence_figure, knob_figure, trials_figure
 from tunefw.report.shape_figures import ratio_figure, roofline_figure
 from tunefw.report.shapes import ceilings, is_loss, ratio_of, roof_basis
@@ -93,19 +94,23 @@ def study_html(data: StudyReport) -> str:
         "ratio, TFLOP/s: the confirmation's interleaved re-timing where confirmed; screen "
         "ratio: the same config's trial, as the search saw it. regs/thread (est.) is the "
         "family's analytic estimate (its validity check uses it); the (ptxas) columns are what "
-        "ptxas reported for the trial's kernel, empty where nothing was compiled (the "
-        "simulated device, a replay, a database older than these columns). CTAs, threads and "
-        "dynamic shared memory are the launch plan's."))
+        "ptxas reported for the trial's kernel ('ptxas from': trial), or for the same config "
+        "compiled when this page was made (`tunefw report --ptxas`: where the trial stored "
+        "none, as on the simulated device, a replay or a database older than these columns), "
+        "empty otherwise. CTAs, threads and dynamic shared memory are the launch plan's."))
     return page(f"tunefw study {data.name} (round {data.round})", data.kind, [
         summary_html(data), _ratio_section(data), _roofline_section(data),
         *_search_sections(data), winners,
         section("outcomes", "Outcomes", outcomes_table(data)), fingerprint_html(data.fingerprint)])
 
 
-def write_report(store: Store, name: str, path: Path) -> dict:
-    """Write the study's HTML report to ``path``; returns what the CLI prints: the problems'
-    labels and whether the results are SIMULATED (``kind``: SIMULATED, REPLAY or None)."""
+def write_report(store: Store, name: str, path: Path, ptxas: bool = False,
+                 cache_dir: Path | None = None) -> dict:
+    """Write the study's HTML report to ``path`` (``ptxas``: first compile the winners whose
+    trial stored no ptxas figures); returns what the CLI prints: the problems' labels, whether
+    the results are SIMULATED (``kind``: SIMULATED, REPLAY or None), the winners compiled."""
     data = study_data(store, name)
+    compiled = compile_missing(data, cache_dir) if ptxas else 0
     write_atomic(path, study_html(data))
     return {"problems": [p.label for p in data.problems], "simulated": data.kind == "SIMULATED",
-            "kind": data.kind}
+            "kind": data.kind, "compiled": compiled}

@@ -7,13 +7,14 @@ import html
 from tunefw.outcome import Status
 from tunefw.report.data import ProblemReport, StudyReport
 from tunefw.report.page import table_html
+from tunefw.report.ptxas import FROM_TRIAL
 from tunefw.report.shapes import is_loss, launch_facts, ratio_of, shape_roof, verdict
 from tunefw.templates import FAMILIES
 
 FIXED = ["problem", "vs cuBLAS", "ratio", "screen ratio", "TFLOP/s", "cuBLAS TFLOP/s", "TB/s", "bound",
          "% of roofline", "cuBLAS % of roofline", "confirmed", "trial"]
 LAUNCH = ["CTAs", "threads", "regs/thread (est.)", "dynamic smem B"]
-PTXAS = ["regs/thread (ptxas)", "static smem B (ptxas)", "spill B (ptxas)"]
+PTXAS = ["regs/thread (ptxas)", "static smem B (ptxas)", "spill B (ptxas)", "ptxas from"]
 
 
 def _percent(value: float | None) -> str | None:
@@ -39,7 +40,8 @@ def _row(data: StudyReport, p: ProblemReport, knobs: list[str]) -> list:
             *(b["config"].get(k) for k in knobs),
             *((facts.ctas, facts.threads, facts.regs_estimate, facts.dynamic_smem) if facts
               else (None,) * len(LAUNCH)),
-            b.get("ptxas_regs"), b.get("ptxas_smem_bytes"), b.get("ptxas_spill_bytes")]
+            b.get("ptxas_regs"), b.get("ptxas_smem_bytes"), b.get("ptxas_spill_bytes"),
+            b.get("ptxas_from", FROM_TRIAL if b.get("ptxas_regs") is not None else None)]
 
 
 def winners_tables(data: StudyReport) -> str:

@@ -16,7 +16,7 @@ import ray
 
 from tunefw.errors import UserError
 from tunefw.framing import helper_pythonpath
-from tunefw.outcome import Outcome, Status, TrialSpec
+from tunefw.outcome import Outcome, Status, TrialSpec, fingerprint_key
 from tunefw.evaluate.protocol import Evaluator
 from tunefw.study.spec import SimSettings
 from tunefw.tune.interrupt import stop_on_sigterm
@@ -106,7 +106,9 @@ def connect(address: str | None, gpus: int, backend: str) -> None:
 
 
 class RayPool(WorkerPool):
-    """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines."""
+    """N GPU actors; submit jobs to a free slot, poll for finished ones, enforce deadlines.
+    The pool is handed out once its first actor is up (each one imports and sets up its
+    evaluator: seconds on a small machine); the others take jobs as each comes up."""
 
     def __init__(self, n: int, backend: str, sim: SimSettings | None,
                  timeout_s: float, replay: str | None = None) -> None:
@@ -114,11 +116,44 @@ class RayPool(WorkerPool):
         self.replay = replay  # replay:PATH[?delay=S] for the replay backend
         self.sim = sim
         self.timeout_s = timeout_s
-        self.slots = [RaySlot(i) for i in range(n)]
-        self.events: list[str] = []  # restarts and kills, for the status line
+        self.slots = [RaySlot(i, up_at=None) for i in range(n)]
+        self.events: list[str] = []  # restarts, kills and late starts, for the status line
+        self.infos: list[dict | None] = [None] * n
         for slot in self.slots:
             self._start(slot)
-        self.infos = ray.get([s.ready_ref for s in self.slots])
+        self._starting = {slot.ready_ref: slot for slot in self.slots}
+        first, _ = ray.wait(list(self._starting), num_returns=1)
+        self._came_up(first)
+
+    def _came_up(self, refs: list) -> None:
+        """Take up the workers whose first info() is in: their slots take jobs from now. A
+        late worker that fails to start, or reports another device than the first (a mixed
+        cluster), stays out and is said so in the events; the first one's failure is the
+        launch's."""
+        for ref in refs:
+            slot = self._starting.pop(ref)
+            slot.ready_ref = None
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                if all(i is None for i in self.infos):
+                    raise
+                self.events.append(f"worker {slot.index} failed to start: "
+                                   f"{str(exc).strip().splitlines()[0]}")
+                continue
+            if any(self.infos) and (fingerprint_key(info["fingerprint"])
+                                    != fingerprint_key(self.first_info["fingerprint"])):
+                ray.kill(slot.actor, no_restart=True)
+                self.events.append(f"worker {slot.index} left out: its device "
+                                   f"{info['fingerprint'].get('name')} is not the first "
+                                   f"worker's {self.first_info['fingerprint'].get('name')}")
+                continue
+            self.infos[slot.index] = info
+            slot.up_at = slot.ready_at = time.monotonic()
+        if refs and not self._starting and len(self.slots) > 1:
+            ups = [s.up_at for s in self.slots if s.up_at is not None]
+            self.events.append(f"{len(ups)} of {len(self.slots)} workers up, the last "
+                               f"{max(ups) - min(ups):.1f} s after the first")
 
     def _start(self, slot: RaySlot) -> None:
         slot.actor = GpuWorker.remote(self.backend, self.sim, self.replay)
@@ -149,6 +184,9 @@ class RayPool(WorkerPool):
         return max(slot.head_since, slot.ready_at) + job.spec.timeout_s + WATCHDOG_SLACK_S
 
     def poll(self, wait_s: float) -> tuple[list[tuple[Job, Outcome]], list[Job]]:
+        if self._starting:
+            self._came_up(ray.wait(list(self._starting), num_returns=len(self._starting),
+                                   timeout=0)[0])
         heads = {s.queue[0][1]: s for s in self.slots if s.queue}
         done: list[tuple[Job, Outcome]] = []
         retry: list[Job] = []
@@ -209,7 +247,7 @@ class RayPool(WorkerPool):
                                        f"(timeout {job.spec.timeout_s:g} s)")))
 
     def shutdown(self) -> None:
-        for slot in self.slots:
+        for slot in self.slots:  # those still starting too
             try:
                 ray.kill(slot.actor, no_restart=True)
             except Exception:  # already gone

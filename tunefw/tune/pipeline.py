@@ -81,6 +81,7 @@ class Pipeline:
         self.compiling: list[tuple[Any, Job]] = []
         self.times = LoopTimes()
         self.first_result_at: float | None = None  # time.monotonic() of the first trial's result
+        self.rejected = 0  # configs stored as INVALID or NOT_RECORDED, never run: rows (and ids)
 
     def trial_spec(self, st: ProblemState, trial_id: int, family: str,
                    config: dict) -> TrialSpec:
@@ -179,6 +180,7 @@ class Pipeline:
                          Outcome(status, log=prop.invalid_reason,
                                  evaluator=self.recorder.evaluator)))
         self.recorder.rejected(rows)
+        self.rejected += len(rows)
 
     def finish(self, st: ProblemState, row: Row, outcome: Outcome, trial, attempts: int = 1,
                reused: int | None = None, retry_of: int | None = None) -> None:

@@ -3,6 +3,7 @@ back as (job, outcome) pairs. The Ray actor pool (cluster.py) is one implementat
 drive the sweep with an in-process one."""
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ class Slot:
 
     index: int
     queue: deque = field(default_factory=deque)  # (job, the implementation's handle)
+    # time.monotonic() when the worker first reported (None: still starting, takes no job)
+    up_at: float | None = field(default_factory=time.monotonic)
     head_since: float = 0.0  # when the first queued job started running (estimate)
     restarts: int = 0
     busy_s: float = 0.0
@@ -41,16 +44,24 @@ class Slot:
 
 class WorkerPool(ABC):
     """N workers, each with a slot of up to QUEUE_DEPTH jobs. ``infos[i]`` describes worker i
-    (gpu, device, fingerprint); ``events`` collects restarts and kills for the status line."""
+    (gpu, device, fingerprint) once it is up (None before: a pool is handed out once one
+    worker is up, the others may still be starting); ``events`` collects restarts, kills and
+    late starts for the status line."""
 
-    infos: list[dict]
+    infos: list[dict | None]
     slots: Sequence[Slot]
     events: list[str]
 
     def free_slots(self) -> list[Slot]:
-        """Slots with room, emptiest first."""
-        return sorted((s for s in self.slots if len(s.queue) < QUEUE_DEPTH),
+        """Slots of workers that are up with room, emptiest first."""
+        return sorted((s for s in self.slots
+                       if s.up_at is not None and len(s.queue) < QUEUE_DEPTH),
                       key=lambda s: len(s.queue))
+
+    @property
+    def first_info(self) -> dict:
+        """The info of a worker that is up (the device and fingerprint the launch runs on)."""
+        return next(info for info in self.infos if info is not None)
 
     @property
     def in_flight(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -148,10 +149,9 @@ class Sweep:
         try:
             pipeline = self._open()
             wall_s, stopped = pipeline.search(self.options.time_limit_s)
-            first = pipeline.first_result_at
             stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
                                 len(self.sampler_hosts), self.options.backend, stopped,
-                                None if first is None else first - started)
+                                started, pipeline.first_result_at, pipeline.rejected)
             if stats["trials"]:
                 pipeline.recorder.stats(stats)
             if not stopped:
@@ -167,8 +167,15 @@ class Sweep:
             from tunefw.evaluate.replay import ReplaySource, parse_backend
             path, delay = parse_backend(self.options.replay or "")
             replay, replay_spec = ReplaySource(path), f"replay:{path}?delay={delay!r}"
-        self.pool = self.pool_factory(self.options, self.spec, replay_spec)
-        info = self.pool.infos[0]
+        # While Ray and the first worker start (seconds), the rest starts beside them: the
+        # sampler processes' imports, Optuna's storage and the progress display's "starting"
+        # (the launch's space estimate), in a thread of its own.
+        self.sampler_hosts = self._sampler_hosts(replay)
+        with ThreadPoolExecutor(1, thread_name_prefix="tunefw-start") as beside:
+            early = beside.submit(self._beside_the_pool)
+            self.pool = self.pool_factory(self.options, self.spec, replay_spec)
+            storage = early.result()
+        info = self.pool.first_info
         device: DeviceSpec = info["device"]
         fingerprint: dict = info["fingerprint"]
         families = usable_families(self.spec, device)
@@ -182,7 +189,7 @@ class Sweep:
             study.backend = self.options.backend
             self.round = study.round
             study_name = study.name
-        states = self._states(device, families, replay)
+        states = self._states(device, families, replay, storage)
         # Problem i is asked by thread i % n, which talks to sampler process i % n (_states).
         self.asker = Asker(states.values(), ahead=2 * self.options.gpus + 2,
                            threads=max(1, len(self.sampler_hosts)))
@@ -190,22 +197,32 @@ class Sweep:
         self.progress("start", {"study": study_name, "backend": self.options.backend,
                                 "device": fingerprint.get("name"), "device_spec": device,
                                 "families": families,
-                                "workers": [i["gpu"] for i in self.pool.infos],
+                                "workers": [i["gpu"] for i in self.pool.infos if i],
+                                "worker_count": len(self.pool.slots),
                                 "problems": [st.progress_row() for st in states.values()]})
         recorder = Recorder(self.store, self.study_id, self.options.backend, self.lease.fence)
         return Pipeline(self.pool, recorder, states, self.asker, self.spec, device, fingerprint,
                         self.compiler, self.progress)
 
-    def _states(self, device: DeviceSpec, families: list[str], replay) -> dict[int, ProblemState]:
+    def _beside_the_pool(self) -> optuna.storages.RDBStorage:
+        """What runs while the workers start: the progress hook's "starting", Optuna's storage."""
+        self.progress("starting", {})
+        return storage_for(self.store)
+
+    def _sampler_hosts(self, replay) -> list[SamplerHost]:
+        """The TPE sampler processes (TPE off the driver's thread and GIL), started now."""
+        if self.spec.sampler != "tpe" or replay is not None:
+            return []
+        return [SamplerHost() for _ in range(self._asker_threads(len(self.spec.problems)))]
+
+    def _states(self, device: DeviceSpec, families: list[str], replay,
+                storage: optuna.storages.RDBStorage) -> dict[int, ProblemState]:
         """Each problem's search (resumed from the round's rows) and bookkeeping."""
-        storage = storage_for(self.store)
         with self.store.session() as s:
             study = s.get(Study, self.study_id)
             problems = list(study.problems)
             names = {p.id: optuna_study_name(study, p) for p in problems}
         self.mirror = DurableMirror()
-        if self.spec.sampler == "tpe" and replay is None:  # TPE off the driver's thread and GIL
-            self.sampler_hosts = [SamplerHost() for _ in range(self._asker_threads(len(problems)))]
         states = {}
         for i, prow in enumerate(problems):
             host = self.sampler_hosts[i % len(self.sampler_hosts)] if self.sampler_hosts else None

@@ -187,7 +187,7 @@ def test_the_family_listings_as_json_hold_the_declared_values():
     schedule = WGMMA.params[WGMMA.param_names.index("SCHEDULE")]
     assert knobs["SCHEDULE"]["values"] == list(schedule.values) == ["cooperative", "pingpong"]
     assert knobs["SCHEDULE"]["cpp"] == {"cooperative": "0", "pingpong": "1"}
-    assert knobs["BN"]["optuna"] == "int 64..256 step 32" and knobs["BN"]["cpp"] is None
+    assert knobs["BN"]["optuna"] == "int 32..256 step 32" and knobs["BN"]["cpp"] is None
     assert knobs["BM"]["default"] == WGMMA.default_config()["BM"]
 
 

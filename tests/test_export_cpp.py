@@ -50,6 +50,11 @@ def _entries(seed: int) -> list[DispatchEntry]:
         (config,) = sample_configs(family, problem, H200, 1, seed=seed * 100 + i)
         entries.append(DispatchEntry(problem.M, problem.N, problem.K, problem.dtype, "TN",
                                      family.family, config, 100.0 + i, 90.0, i))
+    wgmma = FAMILIES["wgmma_sm90"]  # swap-AB: its tiles count over (N, M), valid for M <= 256
+    for i, (m, n) in enumerate(((129, 4096), (64, 6144))):
+        config = [c for c in wgmma.seed_configs() if c["SWAP_AB"]][i + seed]
+        entries.append(DispatchEntry(m, n, 4096, "bf16", "TN", "wgmma_sm90", config, 99.0, 90.0,
+                                     100 + i))
     return entries
 
 

@@ -9,6 +9,8 @@ $OUT/sanitize_<family>.json (or --out).
     python3 benchmarks/sanitize_h200.py --family mma_sm80 --tools memcheck --sample 6
     python3 benchmarks/sanitize_h200.py --family wgmma_sm90 --tools memcheck,racecheck --split-k
     python3 benchmarks/sanitize_h200.py --family stream_sm90 --shapes 1x8x520,3x24x1032,9x1032x1040 --split-k
+    python3 benchmarks/sanitize_h200.py --family wgmma_sm90 --tools memcheck,racecheck --split-k \
+        --where SWAP_AB=1 --shapes 17x24x40,129x136x264,200x1000x520
 """
 from __future__ import annotations
 
@@ -28,24 +30,39 @@ def split(config: dict) -> int:
     return config.get("SPLIT_K", config.get("CK", 1))
 
 
-def sample_configs(family: str, n: int, seed: int, split_k: bool = False) -> list[dict]:
+def sample_configs(family: str, n: int, seed: int, split_k: bool = False,
+                   where: dict | None = None) -> list[dict]:
     """n random configs valid on every sample shape (the default first, where valid: a runtime
     given an invalid one serves cuBLAS, which the sanitizer would not test); split_k: the sampled ones
-    all split K (the partial-sum and reduction path)."""
+    all split K (the partial-sum and reduction path); where: knob values every config holds
+    (e.g. SWAP_AB=1)."""
     from tunefw.device import H200
     from tunefw.problem import GemmProblem
     from tunefw.templates import get_family
     tpl = get_family(family)
     rng = random.Random(seed)
     problems = [GemmProblem(*s) for s in SHAPES]
-    configs = [c for c in [tpl.default_config()] if all(tpl.check(c, p, H200) is None for p in problems)]
+    where = where or {}
+    def fits(config: dict) -> bool:
+        return (all(config[k] == v for k, v in where.items())
+                and all(tpl.check(config, p, H200) is None for p in problems))
+    configs = [c for c in [tpl.default_config()] if fits(c)]
     while len(configs) < n:
-        config = {p.name: rng.choice(p.values) for p in tpl.params}
+        config = {**{p.name: rng.choice(p.values) for p in tpl.params}, **where}
         if split_k and split(config) == 1:
             continue
-        if config not in configs and all(tpl.check(config, p, H200) is None for p in problems):
+        if config not in configs and fits(config):
             configs.append(config)
     return configs
+
+
+def parse_where(text: str | None) -> dict:
+    """'KNOB=VALUE,...' -> {KNOB: value} (ints where the value is one)."""
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        knob, _, value = part.partition("=")
+        out[knob.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return out
 
 
 def main() -> int:
@@ -60,6 +77,7 @@ def main() -> int:
                     help="sample only configs that split K (after the default config)")
     ap.add_argument("--shapes", help="MxNxK,... instead of the default edge shapes (decode "
                     "families serve small M only)")
+    ap.add_argument("--where", help="KNOB=VALUE,... every sampled config holds (e.g. SWAP_AB=1)")
     args = ap.parse_args()
     from tunefw.measure import sanitize
     from tunefw.measure.verify import Job
@@ -68,12 +86,14 @@ def main() -> int:
     if args.shapes:
         SHAPES[:] = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     tools = sanitize.parse_tools(args.tools)
-    configs = sample_configs(args.family, args.sample, args.seed, args.split_k)
+    configs = sample_configs(args.family, args.sample, args.seed, args.split_k,
+                             parse_where(args.where))
     jobs = [Job(args.family, config, GemmProblem(*shape), f"config {i}")
             for i, config in enumerate(configs) for shape in SHAPES]
     runs = [sanitize.run_tool(t, jobs, timeout_s=args.timeout) for t in tools]
     result = {"script": "benchmarks/sanitize_h200.py", "date": datetime.date.today().isoformat(),
               "family": args.family, "shapes": SHAPES, "split_k_only": args.split_k,
+              "where": parse_where(args.where),
               "configs": configs, "jobs": [j.as_dict() for j in jobs], "tools": runs}
     out = args.out or Path(os.environ.get("OUT", ".")) / f"sanitize_{args.family}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -194,3 +194,22 @@ def test_a_sanitized_verification_records_each_tool(tmp_path):
         ("memcheck", 0, True, 2), ("racecheck", 0, True, 2)]
     assert [r["sanitize"] for r in result["rows"]] == [{"memcheck": "OK", "racecheck": "OK"}] * 2
     assert result["sanitize_clean"] is True and "under compute-sanitizer" in done.stdout
+
+
+def test_the_sanitizer_script_samples_only_configs_of_the_asked_knobs():
+    """benchmarks/sanitize_h200.py --where SWAP_AB=1 --split-k: every sampled config is a
+    swap-AB split-K config valid on each of the script's shapes (the path it must cover)."""
+    import importlib.util
+    from conftest import REPO
+    from tunefw.device import H200
+    from tunefw.problem import GemmProblem
+    from tunefw.templates import get_family
+    spec = importlib.util.spec_from_file_location("sanitize_h200", REPO / "benchmarks" / "sanitize_h200.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.SHAPES[:] = [(17, 24, 40), (129, 136, 264), (200, 1000, 520)]
+    assert script.parse_where("SWAP_AB=1,EPILOGUE=direct") == {"SWAP_AB": 1, "EPILOGUE": "direct"}
+    configs = script.sample_configs("wgmma_sm90", 4, 0, True, {"SWAP_AB": 1})
+    wgmma = get_family("wgmma_sm90")
+    assert len(configs) == 4 and all(c["SWAP_AB"] == 1 and c["SPLIT_K"] > 1 for c in configs)
+    assert all(wgmma.check(c, GemmProblem(*s), H200) is None for c in configs for s in script.SHAPES)

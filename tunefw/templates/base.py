@@ -232,15 +232,18 @@ class KernelTemplate:
         meant (Param.absent); anything else, valid or not, comes back unchanged."""
         if not isinstance(config, Mapping):
             return config
-        missing = {p.name: p.absent for p in self.params
-                   if p.absent is not None and p.name not in config}
+        missing = {k: v for k, v in self._absent_values().items() if k not in config}
         return {**config, **missing} if missing else config
+
+    def _absent_values(self) -> dict:
+        """Each later-added knob's Param.absent value, by name."""
+        return {p.name: p.absent for p in self.params if p.absent is not None}
 
     def as_written_before(self, config: Config) -> Config:
         """The config without knobs at their Param.absent value: how it was written before those
         knobs existed (what deterministic draws of the simulated device hash, so adding a knob
         moves no modeled figure)."""
-        absent = {p.name: p.absent for p in self.params if p.absent is not None}
+        absent = self._absent_values()
         return {k: v for k, v in config.items() if k not in absent or absent[k] != v}
 
     def seed_configs(self) -> list[dict]:

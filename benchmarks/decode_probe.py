@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks"), str(REPO / "tests")]
 
+import gpu_result  # noqa: E402
 from evaluator_gpu_check import run_jobs  # noqa: E402
 from tunefw.cuda.compiler import CompilePool, compiler_info  # noqa: E402
 from tunefw.device import H200  # noqa: E402
@@ -171,8 +171,7 @@ def main() -> None:
             best[key] = r
     report = {
         "script": "benchmarks/decode_probe.py", "date": datetime.date.today().isoformat(),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 cwd=REPO).stdout.strip() or None,
+        "commit": gpu_result.commit(),
         "device": worker.get("fingerprint"), "compiler": compiler_info().label,
         "stream_read": bandwidth, "compile_failed": compile_failed,
         "wrong": sum(r["status"] == "WRONG_ANSWER" for r in rows),

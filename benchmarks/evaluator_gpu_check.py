@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]
 
+import gpu_result  # noqa: E402
 from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS, FaultFamily  # noqa: E402
 from tunefw.cli.compile import sample_configs  # noqa: E402
 from tunefw.cuda.compiler import CompilePool  # noqa: E402
@@ -237,7 +238,7 @@ def main() -> None:
                            "regs": out.get("regs"), "spill_bytes": out.get("spill_bytes")})
     if args.faults_only:
         report = {"script": "benchmarks/evaluator_gpu_check.py --faults-only",
-                  "date": datetime.date.today().isoformat(), "device": worker["fingerprint"],
+                  "date": datetime.date.today().isoformat(), "commit": gpu_result.commit(), "device": worker["fingerprint"],
                   "faults": fault_rows,
                   "faults_as_expected": all(r["outcome"] == r["expected"] and r["next_outcome"] == "OK"
                                             for r in fault_rows),
@@ -263,7 +264,7 @@ def main() -> None:
 
     report = {
         "script": "benchmarks/evaluator_gpu_check.py",
-        "date": datetime.date.today().isoformat(),
+        "date": datetime.date.today().isoformat(), "commit": gpu_result.commit(),
         "device": worker["fingerprint"],
         "rows": [row],
         "faults": fault_rows,

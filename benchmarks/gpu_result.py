@@ -17,9 +17,10 @@ DEVICE_KEYS = ("name", "uuid", "cc", "sm_count", "driver", "cuda", "compiler", "
 
 
 def commit(given: str | None = None) -> str | None:
-    """``given``, else HEAD of the repository (None where there is no git metadata)."""
-    if given:
-        return given
+    """``given``, else $TUNEFW_COMMIT (set on a device tree without git metadata), else HEAD of
+    the repository (None where neither is known)."""
+    if given or os.environ.get("TUNEFW_COMMIT"):
+        return given or os.environ["TUNEFW_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              cwd=REPO, timeout=10)

@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+import gpu_result  # noqa: E402
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
@@ -198,7 +198,7 @@ def main() -> None:
         print(f"{r['M']}x{r['N']}x{r['K']} {r['dtype']:>14} {r['path']:>7} {r['family']:>10} "
               f"wrong={r['wrong']} overhead={r['overhead_us']:.2f}us", flush=True)
     result = {
-        "script": "benchmarks/runtime_gpu_check.py", "date": datetime.date.today().isoformat(),
+        "script": "benchmarks/runtime_gpu_check.py", "date": datetime.date.today().isoformat(), "commit": gpu_result.commit(),
         "device": device_info(), "table": args.table or "generated (default configs, trial_id 0)",
         "rows": rows, "threads": check_threads(dispatcher), "linear": check_linear(),
         "all_correct": not any(r["wrong"] for r in rows),

@@ -6,8 +6,8 @@ heads, vocabulary 128256), 2 decoder layers, random bf16 weights. Cases: decode 
 (batch 1, last-token logits). Each case runs eagerly and as a captured CUDA graph (the decode step
 is captured as serving captures it: static cache, static inputs), stock and patched timed in the
 same run, alternately, ``--rounds`` times. Also: the logits' relative error patched vs stock; the
-host cost per call of tunefw.Linear against nn.Linear on each of the model's shapes (M=1, calls
-back to back, no sync between); which route (rule, family) served each GEMM of each case.
+host cost per call of tunefw.Linear against nn.Linear on each of the model's shapes at each
+case's input (calls back to back, no sync between); which route (rule, family) served each GEMM of each case.
 
     source benchmarks/device_setup.sh && python3 benchmarks/hf_llama_h200.py --table TABLE.json
 
@@ -89,26 +89,35 @@ def _count(per_shape: dict, field: str) -> dict[str, int]:
     return dict(counts)
 
 
-def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, calls: int = 200,
-               repeats: int = 7) -> dict:
-    """Per (N, K) of the model at M=1: enqueue and wall microseconds per call, nn.Linear (stock)
-    and tunefw.Linear (patched), medians of ``repeats`` alternating repeats."""
+def host_inputs(smoke: bool) -> list[tuple[int, int]]:
+    """(batch, tokens) of each case's linear input: decode (b, 1), prefill (1, t)."""
+    return [(size, 1) if kind == "decode" else (1, size) for _, kind, size in cases(smoke)]
+
+
+def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inputs: list[tuple[int, int]],
+               calls: int = 200, repeats: int = 7) -> dict:
+    """Per (N, K) of the model and per case's input (batch, tokens, K): enqueue and wall
+    microseconds per call, nn.Linear (stock) and tunefw.Linear (patched), medians of
+    ``repeats`` alternating repeats; fewer calls where a call's GPU work is long (prefill)."""
     dev = next(stock.parameters()).device
     out = {}
     for (n, k), names in linear_shapes(stock).items():
         pair = {"nn.Linear": stock.get_submodule(names[0]), "tunefw.Linear": patched.get_submodule(names[0])}
-        x = torch.randn(1, 1, k, device=dev, dtype=torch.bfloat16)
-        samples: dict[str, list] = {name: [] for name in pair}
-        with torch.no_grad():
-            for layer in pair.values():
-                host_us(layer, x, 20, cuda)  # warm: kernels built, guard decided, allocator primed
-            for r in range(repeats):
-                for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
-                    samples[name].append(host_us(pair[name], x, calls, cuda))
-        out[f"1x{n}x{k}"] = {"layers": names, "type_patched": type(pair["tunefw.Linear"]).__name__,
-                             **{name: {"enqueue_us": statistics.median(s[0] for s in v),
-                                       "wall_us": statistics.median(s[1] for s in v)}
-                                for name, v in samples.items()}}
+        for batch, tokens in inputs:
+            x = torch.randn(batch, tokens, k, device=dev, dtype=torch.bfloat16)
+            reps = calls if batch * tokens <= 64 else max(10, calls // 8)
+            samples: dict[str, list] = {name: [] for name in pair}
+            with torch.no_grad():
+                for layer in pair.values():
+                    host_us(layer, x, 20, cuda)  # warm: kernels built, guard decided, allocator primed
+                for r in range(repeats):
+                    for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
+                        samples[name].append(host_us(pair[name], x, reps, cuda))
+            out[f"{batch * tokens}x{n}x{k}"] = {
+                "input": [batch, tokens, k], "layers": names,
+                "type_patched": type(pair["tunefw.Linear"]).__name__,
+                **{name: {"enqueue_us": statistics.median(s[0] for s in v),
+                          "wall_us": statistics.median(s[1] for s in v)} for name, v in samples.items()}}
     return out
 
 
@@ -180,7 +189,7 @@ def _routes_text(case: dict) -> str:
 def print_table(report: dict) -> None:
     """Host cost per shape, then one line per case and mode."""
     print(f"\n{report['label']}: {report['env'].get('gpu', 'CPU')}, table {report['env']['table']}")
-    print(f"{'host us/call (M=1)':24s} {'nn.Linear':>18s} {'tunefw.Linear':>18s}   (enqueue / wall)")
+    print(f"{'host us/call':24s} {'nn.Linear':>18s} {'tunefw.Linear':>18s}   (enqueue / wall)")
     for shape, v in report.get("host_cost", {}).items():
         a, b = v["nn.Linear"], v["tunefw.Linear"]
         print(f"  {shape:22s} {a['enqueue_us']:8.1f} /{a['wall_us']:8.1f} "
@@ -203,7 +212,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, required=True, help="dispatch table (dispatch.json)")
     ap.add_argument("--cubins", type=Path, help="shipped cubin directory for the table")
-    ap.add_argument("--rounds", type=int, help="alternating timing rounds per case and mode (21)")
+    ap.add_argument("--rounds", type=int, help="alternating timing rounds per case and mode (41)")
     ap.add_argument("--vocab", type=int, default=LLAMA3_8B["vocab_size"])
     ap.add_argument("--budget-s", type=float, default=300.0,
                     help="start no new case after this many seconds (the rest are marked skipped)")
@@ -221,7 +230,7 @@ def main() -> int:
     dev = torch.device("cuda" if cuda else "cpu")
     sizes = dict(TINY) if args.cpu_smoke else {**LLAMA3_8B, "vocab_size": args.vocab}
     layers, past = (SMOKE["layers"], SMOKE["past"]) if args.cpu_smoke else (2, PAST)
-    rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 21)
+    rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 41)
     name = "hf_llama_cpu_smoke.json" if args.cpu_smoke else "hf_llama_h200.json"
     out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
 
@@ -257,7 +266,8 @@ def main() -> int:
             report["cases"].append(run_case(label, make, stock, patched, dispatcher, rounds, calls, cuda))
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
-        report["host_cost"] = host_costs(stock, patched, cuda, SMOKE["host_calls"] if args.cpu_smoke else 200)
+        report["host_cost"] = host_costs(stock, patched, cuda, host_inputs(args.cpu_smoke),
+                                         SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:
         env["nvidia_smi_end"] = smi()
     env["wall_s"] = round(_elapsed(started), 1)

@@ -11,6 +11,7 @@ that take ``cache_position`` get it as a static buffer instead).
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import statistics
 import time
@@ -152,12 +153,18 @@ def time_per_call_ms(fn: Callable[[], object], calls: int, cuda: bool) -> float:
 
 def interleaved(stock: Callable[[], object], patched: Callable[[], object], rounds: int,
                 calls: int, cuda: bool) -> dict:
-    """Both timed alternately (the order flips every round): medians, spreads, paired ratios."""
+    """Both timed alternately (the order flips every round), the garbage collector held off so
+    a collection lands in neither's rounds: medians, spreads, paired ratios."""
     times: dict[str, list[float]] = {"stock": [], "patched": []}
-    for r in range(rounds):
-        order = (("stock", stock), ("patched", patched))
-        for name, fn in (order if r % 2 == 0 else order[::-1]):
-            times[name].append(time_per_call_ms(fn, calls, cuda))
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = (("stock", stock), ("patched", patched))
+            for name, fn in (order if r % 2 == 0 else order[::-1]):
+                times[name].append(time_per_call_ms(fn, calls, cuda))
+    finally:
+        gc.enable()
     ratios = [s / p for s, p in zip(times["stock"], times["patched"])]
     summary = {name: {"median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t)}
                for name, t in times.items()}

@@ -1,4 +1,5 @@
 """The measurement method's pure parts: verdicts, statistics, launch counts, failure classes."""
+import itertools
 import math
 
 import pytest
@@ -137,6 +138,24 @@ def test_a_drifting_clock_moves_the_times_not_their_ratio(monkeypatch):
                                             gpu.flush, lambda: None)
     assert kernel.median_ms > 0.2 * 1.02  # the raw time drifted by several percent ...
     assert kernel.median_ms / anchor.median_ms == pytest.approx(0.8, rel=2e-3)  # ... not the ratio
+
+
+@pytest.mark.parametrize("ms", [0.2, 0.03])  # a screen; a graph (under GRAPH_BELOW_MS)
+def test_bench_times_each_path_beside_cublas_on_one_clock(monkeypatch, ms):
+    from tunefw.measure.bench import time_paths
+    gpu = _FakeGpu(monkeypatch, drift=2e-4)
+    monkeypatch.setattr(method, "capture_graph", gpu.graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    paths = {"tunefw": gpu.launch("A", ms), "triton": gpu.launch("T", 1.25 * ms)}
+    timings = time_paths(paths, gpu.launch("B", ms), gpu.flush)
+    runs = [name for name, _ in itertools.groupby(x for x in gpu.log if x != "flush")]  # a graph: one
+    pairs = list(zip(runs[0::2], runs[1::2]))
+    assert set(pairs) == {("A", "B"), ("T", "B")}  # every launch of a path followed by cuBLAS's
+    mine, beside = timings["tunefw"]
+    theirs, beside_theirs = timings["triton"]
+    assert mine.median_ms / beside.median_ms == pytest.approx(1.0, rel=2e-3)  # drift cancels
+    assert theirs.median_ms / beside_theirs.median_ms == pytest.approx(1.25, rel=2e-3)
+    assert (mine.launches_per_sample > 1) == (ms < method.GRAPH_BELOW_MS)
 
 
 def test_confirmation_keeps_three_warm_up_pairs_then_its_own_minimums(monkeypatch):

@@ -2,8 +2,9 @@
 
 One process, the design.md method (tunefw.evaluate.method): verified against a float32
 reference before timing (output NaN-poisoned, cuBLAS's own error as the second bound), then
-screened with CUDA events and the L2 flushed between launches; kernels under 0.1 ms are timed
-as CUDA graphs of repeated launches, each path the same way. ``overhead_us`` is the host time
+screened with CUDA events, the L2 flushed between launches, each path interleaved with cuBLAS
+(F.linear, as nn.Linear calls it); kernels under 0.1 ms are timed as CUDA graphs of repeated
+launches, each path the same way. ``overhead_us`` is the host time
 of one ``Dispatcher.gemm`` call minus that of the raw launch it wraps (cuLaunchKernel with a
 prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated output).
 """
@@ -70,20 +71,26 @@ def _tflops(problem: GemmProblem, ms: float) -> float:
     return problem.flops / (ms * 1e-3) / 1e12
 
 
-def time_paths(paths: dict[str, Callable[[], object]], flush: method.L2Flush,
+def time_paths(paths: dict[str, Callable[[], object]], cublas: Callable[[], object],
+               flush: method.L2Flush,
                rotations: Callable[[], dict[str, list[Callable[[], object]]]] | None = None
-               ) -> dict[str, method.Timing]:
-    """Screen every path; if the fastest runs under GRAPH_BELOW_MS, time all as CUDA graphs,
-    each cycling over ``rotations()``'s operand copies (as the sweep's evaluator does)."""
+               ) -> dict[str, tuple[method.Timing, method.Timing]]:
+    """Each path screened interleaved with cuBLAS (A B A B ..., each launch flushed: the sweep's
+    anchored screen), so the two share one clock and their ratio holds while it drifts; if the
+    fastest runs under GRAPH_BELOW_MS, again as CUDA graphs, each cycling over ``rotations()``'s
+    operand copies ('cublas' among them). Per path: (its timing, cuBLAS's beside it)."""
     wait = torch.cuda.synchronize
-    timings = {name: method.screen(fn, flush, wait) for name, fn in paths.items()}
-    fastest = min(t.median_ms for t in timings.values())
+    timings = {name: method.anchored_screen(fn, cublas, flush, wait) for name, fn in paths.items()}
+    fastest = min(min(t.median_ms, c.median_ms) for t, c in timings.values())
     if fastest >= method.GRAPH_BELOW_MS:
         return timings
     repeats = method.graph_repeats(fastest)
-    cycled = rotations() if rotations else {name: [fn] for name, fn in paths.items()}
-    return {name: method.screen(method.capture_graph(cycled[name], repeats), flush, wait,
-                                launches_per_sample=repeats) for name in paths}
+    cycled = rotations() if rotations else {**{name: [fn] for name, fn in paths.items()},
+                                             "cublas": [cublas]}
+    anchor = method.capture_graph(cycled["cublas"], repeats)
+    return {name: method.anchored_screen(method.capture_graph(cycled[name], repeats), anchor,
+                                         flush, wait, launches_per_sample=repeats)
+            for name in paths}
 
 
 def verify_raw(plan, a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, dtype: str,
@@ -121,8 +128,8 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
     plan = dispatcher.plan_for(a, b)
     if plan is not None and verdict.ok:
         verdict = verify_raw(plan, a, b, ref, problem.dtype, cublas_out)
-    scratch = torch.empty_like(cublas_out)
-    paths = {"tunefw": lambda: dispatcher.gemm(a, b), "cublas": lambda: torch.mm(a, b.t(), out=scratch)}
+    linear = torch.nn.functional.linear  # cuBLAS as nn.Linear calls it: a fresh output, like gemm
+    paths = {"tunefw": lambda: dispatcher.gemm(a, b)}
     row: dict = {"family": route.entry.family if route.entry else "cublas", "dtype": problem.dtype,
                  "M": problem.M, "N": problem.N, "K": problem.K,
                  "config": route.entry.config if route.entry else None, "path": route.path,
@@ -143,19 +150,22 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
         sets = [(a, b)] + [(a.clone(), b.clone())
                            for _ in range(method.rotation_copies(per_copy, flush.l2_bytes) - 1)]
         cycled = {"tunefw": [lambda x=x, y=y: dispatcher.gemm(x, y) for x, y in sets],
-                  "cublas": [lambda x=x, y=y: torch.mm(x, y.t(), out=scratch) for x, y in sets]}
+                  "cublas": [lambda x=x, y=y: linear(x, y) for x, y in sets]}
         if "triton" in paths:
             cycled["triton"] = [lambda x=x, y=y: triton(x, y, t_out) for x, y in sets]
         return cycled
 
-    timings = time_paths(paths, flush, rotations)
-    row["tflops"] = _tflops(problem, timings["tunefw"].median_ms)
-    row["cublas_tflops"] = _tflops(problem, timings["cublas"].median_ms)
+    timings = time_paths(paths, lambda: linear(a, b), flush, rotations)
+    mine, beside = timings["tunefw"]
+    row["tflops"] = _tflops(problem, mine.median_ms)
+    row["cublas_tflops"] = _tflops(problem, beside.median_ms)
     row["ratio"] = row["tflops"] / row["cublas_tflops"]
-    row["graph_launches"] = timings["tunefw"].launches_per_sample
+    row["graph_launches"] = mine.launches_per_sample
     if "triton" in timings:
-        row["triton_tflops"] = _tflops(problem, timings["triton"].median_ms)
-        row["triton_ratio"] = row["tflops"] / row["triton_tflops"]
+        theirs, beside_theirs = timings["triton"]
+        row["triton_tflops"] = _tflops(problem, theirs.median_ms)
+        # tunefw over Triton through the cuBLAS each was timed beside (one clock per pair)
+        row["triton_ratio"] = row["ratio"] * theirs.median_ms / beside_theirs.median_ms
     row["overhead_us"] = overhead_us(dispatcher, a, b)
     return row
 

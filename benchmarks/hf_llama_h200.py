@@ -1,7 +1,9 @@
 """End to end on an H200: a Hugging Face Llama stock against the same model after ``tunefw.patch``.
 
 LlamaForCausalLM with Llama-3-8B's layer sizes (hidden 4096, intermediate 14336, 32 heads, 8 KV
-heads, vocabulary 128256), 2 decoder layers, random bf16 weights. Cases: decode of batch 1, 16 and
+heads, vocabulary 128256) and its 32 decoder layers (``--layers``), random bf16 weights. The depth
+matters to the ratio: lm_head (1 GB, read by cuBLAS at the HBM roofline already) is a fifth of a
+2-layer decode step's GEMM time and a fiftieth of the real model's. Cases: decode of batch 1, 16 and
 64 (one new token over a static KV cache of 512 past tokens) and prefill of 512 and 2048 tokens
 (batch 1, last-token logits). Each case runs eagerly and as a captured CUDA graph (the decode step
 is captured as serving captures it: static cache, static inputs), stock and patched timed in the
@@ -41,6 +43,7 @@ from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_mod
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
+LAYERS = 32
 DECODE_BATCHES, PREFILL_TOKENS = (1, 16, 64), (512, 2048)
 SMOKE = dict(past=8, decode=(1, 3), prefill=(16,), rounds=3, layers=2, calls=2, host_calls=10)
 
@@ -87,6 +90,13 @@ def _count(per_shape: dict, field: str) -> dict[str, int]:
     for v in per_shape.values():
         counts[v[field]] += v["calls"]
     return dict(counts)
+
+
+def calls_per_round(kind: str, size: int, layers: int) -> int:
+    """Steps per timed round: about 40 decoder layers' worth of decode (2 layers: 20 steps), and
+    8192 prefill tokens through 2 layers' worth; at least one."""
+    base = 20 if kind == "decode" else max(2, 4096 // size)
+    return max(1, round(base * 2 / max(layers, 1)))
 
 
 def host_inputs(smoke: bool) -> list[tuple[int, int]]:
@@ -214,6 +224,7 @@ def main() -> int:
     ap.add_argument("--cubins", type=Path, help="shipped cubin directory for the table")
     ap.add_argument("--rounds", type=int, help="alternating timing rounds per case and mode (41)")
     ap.add_argument("--vocab", type=int, default=LLAMA3_8B["vocab_size"])
+    ap.add_argument("--layers", type=int, default=LAYERS, help=f"decoder layers ({LAYERS}, Llama-3-8B's)")
     ap.add_argument("--budget-s", type=float, default=300.0,
                     help="start no new case after this many seconds (the rest are marked skipped)")
     ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD)")
@@ -229,7 +240,7 @@ def main() -> int:
 
     dev = torch.device("cuda" if cuda else "cpu")
     sizes = dict(TINY) if args.cpu_smoke else {**LLAMA3_8B, "vocab_size": args.vocab}
-    layers, past = (SMOKE["layers"], SMOKE["past"]) if args.cpu_smoke else (2, PAST)
+    layers, past = (SMOKE["layers"], SMOKE["past"]) if args.cpu_smoke else (args.layers, PAST)
     rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 41)
     name = "hf_llama_cpu_smoke.json" if args.cpu_smoke else "hf_llama_h200.json"
     out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
@@ -262,7 +273,7 @@ def main() -> int:
             def make(m, kind=kind, size=size):  # the same seed for both: same tokens
                 gen = torch.Generator().manual_seed(size)
                 return Decode(m, stock, size, past, gen) if kind == "decode" else Prefill(m, size, gen)
-            calls = SMOKE["calls"] if args.cpu_smoke else 20 if kind == "decode" else max(2, 4096 // size)
+            calls = SMOKE["calls"] if args.cpu_smoke else calls_per_round(kind, size, layers)
             report["cases"].append(run_case(label, make, stock, patched, dispatcher, rounds, calls, cuda))
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)

@@ -69,17 +69,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--resume", type=Path, help="a state tarball from an earlier run, used when "
                     "it exists (default benchmarks/state/STUDY_state.tar.gz)")
     ap.add_argument("--phases", default=",".join(PHASES), help="the phases to run, in order")
+    ap.add_argument("--redo", default="", help="done phases to run again (this run only: the "
+                    "state it packs has them undone until they finish), e.g. hf,calibrate,guard")
     ap.add_argument("--out", type=Path, help="result folder (default: $OUT or benchmarks/results)")
     ap.add_argument("--commit", help="the commit measured (the device tree has no .git)")
     ap.add_argument("--plan", action="store_true", help="print the phases' commands and stop")
     args = ap.parse_args(argv)
     if args.trials < 1 or args.gpus < 1 or args.budget_s <= 0:
         ap.error("--trials, --gpus and --budget-s must be positive")
-    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = sorted(set(args.phases) - set(PHASES))
-    if unknown or not args.phases:
-        ap.error(f"--phases: expected some of {','.join(PHASES)} (not {','.join(unknown) or 'none'})")
-    args.phases = [p for p in PHASES if p in args.phases]
+    for field, empty_ok in (("phases", False), ("redo", True)):
+        names = [p.strip() for p in getattr(args, field).split(",") if p.strip()]
+        unknown = sorted(set(names) - set(PHASES))
+        if unknown or not (names or empty_ok):
+            ap.error(f"--{field}: expected some of {','.join(PHASES)} (not {','.join(unknown) or 'none'})")
+        setattr(args, field, [p for p in PHASES if p in names])
     args.resume = args.resume or REPO / "benchmarks" / "state" / state_tar(args.study)
     args.state_dir = args.state_dir or Path("/tmp") / args.study
     return args
@@ -109,6 +112,12 @@ class State:
 
     def done(self, phase: str) -> bool:
         return phase in self.data["done"]
+
+    def undo(self, phases: list[str]) -> None:
+        """Forget that these phases were done (--redo), at once."""
+        for phase in phases:
+            self.data["done"].pop(phase, None)
+        self.save()
 
     def mark(self, phase: str, figures: dict) -> None:
         """Record a phase as done, with its figures (written at once)."""
@@ -298,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed from {args.resume}")
     args.state_dir.mkdir(parents=True, exist_ok=True)
     state = State(args.state_dir)
+    state.undo(args.redo)
     finished = False
     try:
         finished = run_phases(args, state, out, started)

@@ -75,3 +75,9 @@ def test_route_counts_name_every_gemm_of_a_step(model):
         M, N, K = map(int, key.split("x"))
         route = dispatcher.preview(M, N, K)
         assert (v["path"], v["family"]) == (route.path, route.entry.family if route.entry else "cublas")
+
+
+def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_input():
+    assert [bench.calls_per_round("decode", 1, n) for n in (2, 8, 32)] == [20, 5, 1]
+    assert [bench.calls_per_round("prefill", 512, n) for n in (2, 32)] == [8, 1]
+    assert bench.host_inputs(False) == [(1, 1), (16, 1), (64, 1), (1, 512), (1, 2048)]

@@ -175,6 +175,12 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     assert float(guard_cmd[guard_cmd.index("--budget-s") + 1]) <= 240
     again = json.loads((out / "c" / "model_table_hf_llama3_8b_h200.json").read_text())
     assert again["finished"] and len(again["runs"]) == 3 and list(again["phases"]) == list(mt.PHASES)
+    calls.clear()  # --redo: done phases run again (the measurement fixed), the sweep is kept
+    assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "d"), "--commit", "abc",
+                    "--budget-s", "600", "--redo", "guard,hf"]) == 0
+    assert [Path(c[1]).name for c in calls] == ["hf_llama_h200.py", "dispatch_guard_h200.py"]
+    with pytest.raises(SystemExit):
+        mt.parse_args(["--redo", "sweeps"])
 
 
 def test_a_study_file_and_a_choice_of_phases():

@@ -115,6 +115,10 @@ class WgmmaSm90(KernelTemplate):
         {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 160, "STAGES": 5, "SPLIT_K": 4},
         {"SWAP_AB": 1, "EPILOGUE": "direct", "SCHEDULE": "pingpong", "BM": 64, "BN": 160,
          "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
+        # the memory-bound probe's winners at M = 64 and 128 over Llama's layers
+        # (benchmarks/results/membound_probe_h200.json): small tiles, the deepest ring, split-K 2
+        {"SCHEDULE": "pingpong", "BM": 64, "BN": 64, "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
+        {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
     )
 
     # ---- derived quantities ----------------------------------------------------------------------

@@ -63,24 +63,28 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
 def membound_wgmma(problem: GemmProblem) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
     schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M),
-    narrow tiles of the weight and split-K so that the tiles x splits fill the GPU, and deep
-    rings; the valid ones for the problem."""
+    weight tiles from narrow to wide, split-K so that the tiles x splits fill the GPU, and deep
+    rings; each also on a 2-CTA cluster that multicasts the activations (non-swapped: CLUSTER_N,
+    the CTAs of one M tile and two weight tiles; swap-AB: CLUSTER_M). Every CTA re-reads the
+    activations from L2 once per weight tile, so with narrow weight tiles the L2-to-SM traffic,
+    not HBM, can bound the kernel: wide tiles and multicast cut it. The valid ones for the problem."""
     family = get_family("wgmma_sm90")
     base = family.seed_configs()[0]
     widths = sorted(next(p.values for p in family.params if p.name == "BN"))
     tokens = next((w for w in widths if w >= problem.M), None)  # swap-AB: M on the N side
-    shapes = []  # (swap, schedule, BM, BN, epilogue)
+    shapes = []  # (swap, schedule, BM, BN, epilogue, cluster M, cluster N)
     for sched, bms in (("pingpong", (64, 128)), ("cooperative", (128, 256))):
         bm = next((b for b in bms if b >= problem.M), None)
-        shapes += [(0, sched, bm, bn, "tma") for bn in (64, 128) if bm is not None]
+        if bm is not None:
+            shapes += [(0, sched, bm, bn, "tma", 1, cn) for bn in (64, 128, 256) for cn in (1, 2)]
         if tokens is not None:
-            shapes += [(1, sched, bm, tokens, "direct") for bm in bms[:1]]
+            shapes += [(1, sched, bm, tokens, "direct", cm, 1) for bm in bms[:1] for cm in (1, 2)]
     out = []
-    for swap, sched, bm, bn, epilogue in shapes:
-        for split in (1, 2, 4):
-            for stages in (8, 6, 5, 4):
+    for swap, sched, bm, bn, epilogue, cm, cn in shapes:
+        for split in (1, 2, 4, 8):
+            for stages in (8, 6, 5, 4, 3):
                 c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
-                     "STAGES": stages, "CLUSTER_M": 1, "CLUSTER_N": 1, "EPILOGUE": epilogue,
+                     "STAGES": stages, "CLUSTER_M": cm, "CLUSTER_N": cn, "EPILOGUE": epilogue,
                      "SWAP_AB": swap}
                 if family.check(c, problem, H200) is None:
                     out.append(c)

@@ -13,6 +13,7 @@ import pytest
 from tunefw.cuda.compiler import compile_kernel
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
+from tunefw.templates import get_family
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 DEVICE = {"name": "NVIDIA H200", "uuid": "GPU-1", "driver": "580.159.04", "sm_clock_mhz": 1980,
@@ -139,3 +140,17 @@ def test_the_dry_runs_print_their_plans(capsys):
     assert capsys.readouterr().out.strip().endswith("timing jobs on NVIDIA H200")
     assert wgmma.main(["--dry-run", "--skip-perf"]) == 0
     assert capsys.readouterr().out.strip().endswith("0 timed jobs on NVIDIA H200")
+
+
+@pytest.mark.parametrize("m", [64, 128, 129])
+def test_the_memory_bound_probe_reads_each_weight_tile_once_and_tries_multicast(m):
+    probe = _load("decode_probe")
+    family = get_family("wgmma_sm90")
+    problem = GemmProblem(m, 4096, 4096)
+    configs = probe.membound_wgmma(problem)
+    assert configs and all(family.check(c, problem, H200) is None for c in configs)
+    plain = [c for c in configs if not c["SWAP_AB"]]
+    swapped = [c for c in configs if c["SWAP_AB"]]
+    assert all(c["BM"] >= m for c in plain) and all(c["BN"] >= m for c in swapped)  # one M tile
+    assert any(c["CLUSTER_N"] == 2 for c in plain) and any(c["CLUSTER_M"] == 2 for c in swapped)
+    assert {c["BN"] for c in plain} >= {64, 128}  # narrow to wide weight tiles

@@ -1,15 +1,17 @@
 """The first-call guard: a non-exact route is timed against cuBLAS before it is trusted.
 
-The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves
+The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves, or
+that calibration left unproven (evidence on one side of its M only: cuBLAS until measured),
 times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
-3 ms; two kernel + cuBLAS pairs where one pair alone takes longer) and keeps the faster. The decision is remembered for the process and in a small
-persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint and the shape, so a
-changed table or another GPU never reuses it. Under CUDA-graph capture or torch.compile tracing
-nothing is timed: a stored decision is used if there is one, else the table's rule.
+3 ms; two kernel + cuBLAS pairs where one pair alone takes longer) and keeps the faster. The decision is remembered for the
+process and in a small persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint
+and the shape, so a changed table or another GPU never reuses it. Under CUDA-graph capture or
+torch.compile tracing nothing is timed: a stored decision is used if there is one, else the
+table's rule (an unproven route stays cuBLAS).
 
-Off with ``Dispatcher(..., guard=False)`` or ``TUNEFW_GUARD=0``; the cache file is
-``$TUNEFW_CACHE_DIR/guard.json`` (default ``~/.cache/tunefw/guard.json``) unless
-``guard_cache=PATH`` (``False``: process memory only).
+Off with ``Dispatcher(..., guard=False)`` or ``TUNEFW_GUARD=0`` (unproven routes then stay
+cuBLAS); the cache file is ``$TUNEFW_CACHE_DIR/guard.json`` (default
+``~/.cache/tunefw/guard.json``) unless ``guard_cache=PATH`` (``False``: process memory only).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ Timer = Callable[[Callable[[], object], Callable[[], object]], tuple[float, floa
 CACHE_FORMAT = 1
 MAX_DECISIONS = 100000
 ENV = "TUNEFW_GUARD"
+GUARDED = ("bucket", "nearest", "calibrated", "unproven")  # the paths the guard times
 
 
 @dataclass(frozen=True)
@@ -186,13 +189,13 @@ class Guard:
         return self._timers[index]
 
     def applies(self, route, problem) -> bool:
-        """Whether the route needs the guard: a kernel served by a non-exact rule that has no
-        measurement of this very shape."""
+        """Whether the route needs the guard: a non-exact rule's kernel (serving, or unproven and
+        cuBLAS until measured) with no measurement of this very shape."""
         from tunefw.runtime.rules import evidence_for
 
-        if not self.enabled or route.entry is None or route.path not in ("bucket", "nearest", "calibrated"):
+        if not self.enabled or route.donor is None or route.path not in GUARDED:
             return False
-        points = evidence_for(self.table, route.entry, problem)
+        points = evidence_for(self.table, route.donor, problem)
         return not (len(points) == 1 and points[0].M == problem.M)
 
     def _key(self, problem, gpu: DeviceSpec) -> str:
@@ -205,14 +208,21 @@ class Guard:
         decision = self.cache.get(self._key(problem, gpu))
         return route if decision is None else self._route(route, decision)
 
-    def first_call(self, route, problem, gpu: DeviceSpec, kernel: Callable[[], object],
-                   cublas: Callable[[], object]):
-        """Time the route's kernel against cuBLAS (unless capturing) and return the decided route."""
+    def can_time(self, route, problem) -> bool:
+        """Whether the route is to be timed now: the guard applies and nothing is being captured
+        or traced (a shape first seen there is noted for explain())."""
         if not self.applies(route, problem):
-            return route
+            return False
         if capturing():
             self.untimed[problem.key()] = ("first seen during CUDA-graph capture or torch.compile "
                                            "tracing: the table's rule, not timed")
+            return False
+        return True
+
+    def first_call(self, route, problem, gpu: DeviceSpec, kernel: Callable[[], object],
+                   cublas: Callable[[], object]):
+        """Time the route's kernel against cuBLAS (unless capturing) and return the decided route."""
+        if not self.can_time(route, problem):
             return route
         decision = decide(self.timer or self._device_timer(gpu), kernel, cublas,
                           self.table.evidence_min_ratio)
@@ -226,10 +236,10 @@ class Guard:
 
         from tunefw.runtime.rules import Route, shape
 
-        what = f"the {route.rule} entry {shape(route.entry)}"
+        what = f"the {route.rule} entry {shape(route.donor)}"
         measured = f"first-call guard measured {decision.ratio:.3f}x cuBLAS on this shape"
         if decision.kernel:
-            return replace(route, path="guarded", ratio=decision.ratio,
+            return replace(route, path="guarded", entry=route.donor, ratio=decision.ratio,
                            reason=f"{measured}: kept {what}; {route.reason}")
         return Route("cublas", None, f"{measured} for {what}: cuBLAS is faster", route.rule,
-                     route.entry, decision.ratio)
+                     route.donor, decision.ratio)

@@ -168,9 +168,56 @@ def test_capturing_sees_graph_capture_and_compile_tracing(monkeypatch):
     assert guard.capturing() is True
 
 
-@pytest.mark.parametrize("pair_ms, pairs", [(0.05, 10), (0.5, 5), (1.0, 2), (1.6, 1), (6.0, 1)])
-def test_the_guard_times_as_many_pairs_as_its_budget_holds(pair_ms, pairs):
-    assert guard.timed_pairs(pair_ms, budget_ms=3.0) == pairs  # one at least, ten at most
+@pytest.mark.parametrize("pair_ms, more", [(0.05, 9), (0.5, 5), (0.6, 4), (1.0, 2), (1.6, 0),
+                                           (2.4, 0), (6.0, 0)])
+def test_the_guard_times_as_many_more_pairs_as_its_budget_holds(pair_ms, more):
+    assert guard.more_pairs(pair_ms, budget_ms=3.0) == more  # ten pairs in all at most
+
+
+class FakeFlush:
+    def __init__(self, l2_bytes):
+        self.l2_bytes = l2_bytes
+
+    def __call__(self):
+        pass
+
+
+# the kernel's first launch takes twice its time (a freshly loaded module), and so does the last
+# cuBLAS launch (disturbed): the first pair sizes the rest; flush_ms counts twice per pair
+@pytest.mark.parametrize("kernel_ms, cublas_ms, flush_ms, pairs", [
+    (1.4, 1.0, 0.0, 1), (0.3, 0.2, 0.0, 3), (0.1, 0.1, 0.0, 10), (0.1, 0.1, 0.05, 7),
+    (0.01, 0.01, 0.0, 10), (4.0, 3.0, 0.0, 1)])
+def test_the_cuda_timer_times_one_pair_then_what_the_budget_holds_and_takes_minimums(
+        monkeypatch, kernel_ms, cublas_ms, flush_ms, pairs):
+    from tunefw.evaluate import method
+
+    calls, launched = [], []
+
+    def time_each(launches, flush, wait):
+        calls.append(len(launches))
+        if all(isinstance(launch, FakeFlush) for launch in launches):
+            return [flush_ms] * len(launches)  # the flush, timed once when the timer is made
+        assert isinstance(flush, FakeFlush)  # the kernel and cuBLAS are timed flushed
+        names = [launch() for launch in launches]
+        launched.extend(names)
+        times = [kernel_ms if name == "kernel" else cublas_ms for name in names]
+        if len(calls) == 2:
+            times[0] *= 2  # the kernel's first launch
+        elif len(calls) == 3:
+            times[-1] *= 2  # the last cuBLAS launch
+        return times
+
+    monkeypatch.setattr(method, "L2Flush", FakeFlush)
+    monkeypatch.setattr(method, "time_each", time_each)
+    timer = guard.cuda_timer(50 << 20, budget_ms=3.0)
+    assert calls == [2]  # the flush, twice
+    measured = timer(lambda: "kernel", lambda: "cublas")
+    assert calls[1:] == ([2] if pairs == 1 else [2, 2 * (pairs - 1)])  # no untimed sizing pair
+    assert launched == ["kernel", "cublas"] * pairs  # interleaved
+    if pairs == 1:  # one sample each: the first launch is all there is
+        assert measured == pytest.approx((2 * kernel_ms, cublas_ms))
+    else:  # the minimum drops the kernel's slow first launch and the disturbed cuBLAS one
+        assert measured == pytest.approx((kernel_ms, cublas_ms))
 
 
 class CudaLike(torch.Tensor):

@@ -9,8 +9,9 @@ tuned at (1 to 8192, odd M included; lm_head-sized layers only up to ``WIDE_MAX_
    (its wall time and the guard's own timing, recorded by a wrapping timer), its output verified
    against a float32 reference, then the runtime timed against cuBLAS as ``tunefw bench`` does
    (tunefw/measure/bench.py: verified, L2 flushed, CUDA graphs under 20 us).
-2. **guard off**, the table's rules and calibration evidence only: a shape whose route differs
-   from part 1's is timed again; one with the same route keeps part 1's timing (marked).
+2. **guard off**, the table's rules and calibration evidence only (an unproven shape, with
+   evidence on one side of its M only, is served by cuBLAS): a shape whose route differs from
+   part 1's is timed again; one with the same route keeps part 1's timing (marked).
 3. **exact**: every kernel entry on its own shape against the sweep's confirmed TFLOP/s.
 4. **torch.compile** and **CUDA graph** correctness, the graph both on shapes seen before and
    on shapes first seen during capture (a fresh dispatcher: the table's rule, nothing timed).
@@ -119,6 +120,16 @@ def _below(rows: list[dict], key: str, floor: float) -> list[str]:
             if r.get(key) is not None and r[key] < floor]
 
 
+def path_counts(rows: list[dict]) -> dict[str, int]:
+    """Rows per serving path. A row holds its route after the shape's first call, so an unproven
+    route the guard measured counts as 'guarded' (kept) or 'cublas'; 'unproven' is one served
+    by cuBLAS unmeasured (guard off, or its kernel could not be timed)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[str(r.get("path"))] = counts.get(str(r.get("path")), 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summarize(result: dict) -> dict:
     """The acceptance points from the parts' rows (each a bool with its evidence)."""
     on = [r for r in result["guard_on"] if "ratio" in r]
@@ -137,14 +148,16 @@ def summarize(result: dict) -> dict:
         "untuned_never_slower": {"ok": len(on) >= MIN_UNTUNED and not _below(on, "ratio", FLOOR),
                                  "shapes": len(on), "skipped": skipped,
                                  "min": min((r["ratio"] for r in on), default=None),
-                                 "below": _below(on, "ratio", FLOOR)},
+                                 "below": _below(on, "ratio", FLOOR), "paths": path_counts(on),
+                                 "unproven_unmeasured": [f"{r['M']}x{r['N']}x{r['K']}" for r in on
+                                                         if r.get("path") == "unproven"]},
         "untuned_geomean": {"ok": g is not None and g >= GEOMEAN_MIN, "geomean": g},
         "guard_cost": {"ok": not over, "timed_shapes": len(guard_ms),
                        "max_ms": max(guard_ms, default=None),
                        "median_ms": statistics.median(guard_ms) if guard_ms else None, "over": over},
         "guard_off_calibrated": {"ok": bool(off) and not _below(off, "ratio", FLOOR),
                                  "min": min((r["ratio"] for r in off), default=None),
-                                 "below": _below(off, "ratio", FLOOR),
+                                 "below": _below(off, "ratio", FLOOR), "paths": path_counts(off),
                                  "retimed": sum(not r.get("same_route_as_guard_on") for r in off)},
         "exact_at_tuned_speed": {"ok": bool(exact) and not _below(exact, "ratio_to_confirmed",
                                                                   1 - EXACT_TOLERANCE),

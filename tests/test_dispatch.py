@@ -135,12 +135,35 @@ def test_evidence_routes_measured_losses_and_their_neighbours_to_cublas():
     assert (loss.path, loss.rule, loss.ratio) == ("cublas", "bucket", pytest.approx(0.6))
     assert loss.reason.startswith("calibration measured 0.600x at M=300 for the bucket entry 2048")
     assert pick(600).path == "cublas"  # between a loss (300) and a win (1024)
-    assert pick(200).path == "cublas"  # below the loss
-    win = pick(1500)
-    assert (win.path, win.entry.M, win.ratio) == ("calibrated", 2048, pytest.approx(1.05))
+    win = pick(1024 + 1)
+    assert pick(1024).path == "calibrated"  # its own verdict
+    assert (win.path, win.entry, win.donor.M, win.ratio) == ("unproven", None, 2048,
+                                                             pytest.approx(1.05))
     assert pick(100).path == "bucket"  # served by the 128 entry: no evidence of its own
     lower = _table(table.entries, table.evidence, evidence_min_ratio=0.5)
     assert lower.decide(GemmProblem(300, 4096, 4096), H200).path == "calibrated"
+    bracketed = _table(table.entries, table.evidence + [_ev(1800, (2048, 4096, 4096), 1.2)])
+    win = bracketed.decide(GemmProblem(1500, 4096, 4096), H200)
+    assert (win.path, win.entry.M, win.ratio) == ("calibrated", 2048, pytest.approx(1.05))
+    assert win.reason.endswith("calibration measured 1.050x at M=1024, 1.200x at M=1800")
+
+
+def test_evidence_on_one_side_of_the_asked_m_leaves_it_unproven():
+    """A kernel's speed changes with M in steps (waves), so one measured M vouches for no other:
+    the H200 served 1000x6144x4096 at 0.877x on the strength of 1.029x at M=2048."""
+    table = _table([_e(2048)], [_ev(2048, (2048, 4096, 4096), 1.029, N=6144, rule="nearest"),
+                                _ev(300, (2048, 4096, 4096), 0.6)])
+    route = table.decide(GemmProblem(1000, 6144, 4096), H200)
+    assert (route.path, route.entry, route.rule, route.donor.M, route.ratio) == (
+        "unproven", None, "nearest", 2048, pytest.approx(1.029))
+    assert route.reason == ("calibration measured 1.029x at M=2048 only, on one side of M=1000 "
+                            "for the nearest entry 2048x4096x4096: unproven, cuBLAS unless the "
+                            "guard measures it")
+    assert table.lookup(GemmProblem(3000, 6144, 4096), H200) is None  # above it: unproven too
+    assert table.decide(GemmProblem(2048, 6144, 4096), H200).path == "calibrated"  # measured
+    below_a_loss = table.decide(GemmProblem(200, 4096, 4096), H200)  # a loss on one side only
+    assert (below_a_loss.path, below_a_loss.ratio) == ("unproven", pytest.approx(0.6))
+    assert table.decide(GemmProblem(1000, 1024, 4096), H200).path == "nearest"  # no evidence
 
 
 def test_load_validates_evidence(tmp_path):

@@ -115,7 +115,7 @@ def test_calibrate_records_evidence_and_routes_losses(tuned_db, tmp_path, monkey
     _run("export", str(path), "--study", "m")
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("# M in between\n600x1536x1024\n700x1536x1024 bf16\n1024x1536x1024\n"
-                      "3000x1536x1024\n200x1536x1024\n")
+                      "3000x1536x1024\n200x1536x1024\n900x1536x1024\n")
     measure, calls = _fake_timer({600: 0.7})
     monkeypatch.setattr(cal, "cuda_measure", lambda *a: measure)
     result = _run("dispatch", "calibrate", str(path), "--shapes", str(shapes))
@@ -128,13 +128,19 @@ def test_calibrate_records_evidence_and_routes_losses(tuned_db, tmp_path, monkey
     assert all(v.M != 1024 for v in table.evidence)  # an exact entry needs no evidence
     assert table.decide(GemmProblem(600, 1536, 1024)).path == "cublas"
     assert table.decide(GemmProblem(650, 1536, 1024)).path == "cublas"  # between 0.7x and 1.1x
-    assert table.decide(GemmProblem(800, 1536, 1024)).path == "calibrated"
-    explained = _run("dispatch", "explain", str(path), "600x1536x1024", "800x1536x1024").stdout
+    assert table.decide(GemmProblem(800, 1536, 1024)).path == "calibrated"  # between 700 and 900
+    assert table.decide(GemmProblem(1000, 1536, 1024)).path == "unproven"  # above 900 only
+    explained = _run("dispatch", "explain", str(path), "600x1536x1024", "800x1536x1024",
+                     "1000x1536x1024").stdout
     lines = explained.splitlines()
     assert lines[0].startswith("600x1536x1024 bf16: cublas: calibration measured 0.700x at M=600 "
                                "for the bucket entry 1024x1536x1024 (tiny.qkv) (< 1)")
     assert lines[1].startswith("800x1536x1024 bf16: calibrated: bucket entry 1024x1536x1024 (tiny.qkv)")
-    assert "calibration measured 1.100x at M=700; kernel" in lines[1]  # the measured M below
+    assert "calibration measured 1.100x at M=700, 1.100x at M=900; kernel" in lines[1]
+    assert lines[2].startswith("1000x1536x1024 bf16: unproven: calibration measured 1.100x at "
+                               "M=900 only, on one side of M=1000 for the bucket entry "
+                               "1024x1536x1024 (tiny.qkv): unproven, cuBLAS unless the guard "
+                               "measures it; kernel ")
     # the header carries the evidence and answers alike
     _run("export", str(tmp_path / "d.h"), "--from", str(path), "--format", "cpp")
     header = (tmp_path / "d.h").read_text()

@@ -200,7 +200,8 @@ def test_header_follows_bucket_rule_cublas_routes_and_evidence(tmp_path, seed):
         paths[route.path] = paths.get(route.path, 0) + 1
         if route.path == "cublas" and route.rule:
             paths["cublas_" + route.rule] = paths.get("cublas_" + route.rule, 0) + 1
-    for path in ("exact", "bucket", "nearest", "calibrated", "cublas", "cublas_exact", "cublas_bucket"):
+    for path in ("exact", "bucket", "nearest", "calibrated", "unproven", "cublas", "cublas_exact",
+                 "cublas_bucket"):
         assert paths.get(path, 0) >= 1, (path, paths)
     text = render(table, "cpp")
     assert f"inline constexpr int kNumEvidence = {len(table.evidence)};" in text

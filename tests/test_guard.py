@@ -19,7 +19,8 @@ CONFIG = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)
 def _table(tflops=700.0):
     entries = [DispatchEntry(M, 4096, 4096, "bf16", "TN", "wgmma_sm90", CONFIG, tflops, 650.0, M)
                for M in (128, 2048)]
-    evidence = [Evidence(1000, 4096, 4096, "bf16", "TN", "bucket", (2048, 4096, 4096), 110.0, 100.0)]
+    evidence = [Evidence(M, 4096, 4096, "bf16", "TN", "bucket", (2048, 4096, 4096), 110.0, 100.0)
+                for M in (1000, 1600)]  # M in 1000..1600 is calibrated, 129..999 and 1601..2047 unproven
     return DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries, evidence=evidence)
 
 
@@ -58,7 +59,7 @@ def _first_call(d, M, N=4096, K=4096):
 def test_a_slower_kernel_is_replaced_by_cublas_and_remembered(tmp_path):
     timer = FakeTimer(kernel_ms=2.0, cublas_ms=1.0)
     d = _dispatcher(tmp_path, timer)
-    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"  # neighbour evidence only
+    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"  # between two measured Ms
     kept, plan = _first_call(d, 1500)
     assert kept is None and plan.ran == 1 and timer.calls == 1
     route = d.route(1500, 4096, 4096, "bf16")
@@ -101,10 +102,10 @@ def test_nothing_is_timed_during_capture_or_tracing(tmp_path, monkeypatch):
     monkeypatch.setattr(guard, "capturing", lambda: True)
     timer = FakeTimer(2.0, 1.0)
     d = _dispatcher(tmp_path, timer)
-    kept, plan = _first_call(d, 300)  # first seen during capture: the table's rule
+    kept, plan = _first_call(d, 1200)  # first seen during capture: the table's rule
     assert kept is not None and timer.calls == 0 and plan.ran == 0
-    assert d.route(300, 4096, 4096, "bf16").path == "calibrated"
-    assert d.explain(300, 4096, 4096).endswith(
+    assert d.route(1200, 4096, 4096, "bf16").path == "calibrated"
+    assert d.explain(1200, 4096, 4096).endswith(
         "[guard: first seen during CUDA-graph capture or torch.compile tracing: the table's rule, not timed]")
     assert d.route(1500, 4096, 4096, "bf16").path == "cublas"  # the stored decision still holds
 
@@ -167,9 +168,56 @@ def test_capturing_sees_graph_capture_and_compile_tracing(monkeypatch):
     assert guard.capturing() is True
 
 
-@pytest.mark.parametrize("pair_ms, pairs", [(0.05, 10), (0.5, 5), (1.0, 2), (1.6, 1), (6.0, 1)])
-def test_the_guard_times_as_many_pairs_as_its_budget_holds(pair_ms, pairs):
-    assert guard.timed_pairs(pair_ms, budget_ms=3.0) == pairs  # one at least, ten at most
+@pytest.mark.parametrize("pair_ms, more", [(0.05, 9), (0.5, 5), (0.6, 4), (1.0, 2), (1.6, 0),
+                                           (2.4, 0), (6.0, 0)])
+def test_the_guard_times_as_many_more_pairs_as_its_budget_holds(pair_ms, more):
+    assert guard.more_pairs(pair_ms, budget_ms=3.0) == more  # ten pairs in all at most
+
+
+class FakeFlush:
+    def __init__(self, l2_bytes):
+        self.l2_bytes = l2_bytes
+
+    def __call__(self):
+        pass
+
+
+# the kernel's first launch takes twice its time (a freshly loaded module), and so does the last
+# cuBLAS launch (disturbed): the first pair sizes the rest; flush_ms counts twice per pair
+@pytest.mark.parametrize("kernel_ms, cublas_ms, flush_ms, pairs", [
+    (1.4, 1.0, 0.0, 1), (0.3, 0.2, 0.0, 3), (0.1, 0.1, 0.0, 10), (0.1, 0.1, 0.05, 7),
+    (0.01, 0.01, 0.0, 10), (4.0, 3.0, 0.0, 1)])
+def test_the_cuda_timer_times_one_pair_then_what_the_budget_holds_and_takes_minimums(
+        monkeypatch, kernel_ms, cublas_ms, flush_ms, pairs):
+    from tunefw.evaluate import method
+
+    calls, launched = [], []
+
+    def time_each(launches, flush, wait):
+        calls.append(len(launches))
+        if all(isinstance(launch, FakeFlush) for launch in launches):
+            return [flush_ms] * len(launches)  # the flush, timed once when the timer is made
+        assert isinstance(flush, FakeFlush)  # the kernel and cuBLAS are timed flushed
+        names = [launch() for launch in launches]
+        launched.extend(names)
+        times = [kernel_ms if name == "kernel" else cublas_ms for name in names]
+        if len(calls) == 2:
+            times[0] *= 2  # the kernel's first launch
+        elif len(calls) == 3:
+            times[-1] *= 2  # the last cuBLAS launch
+        return times
+
+    monkeypatch.setattr(method, "L2Flush", FakeFlush)
+    monkeypatch.setattr(method, "time_each", time_each)
+    timer = guard.cuda_timer(50 << 20, budget_ms=3.0)
+    assert calls == [2]  # the flush, twice
+    measured = timer(lambda: "kernel", lambda: "cublas")
+    assert calls[1:] == ([2] if pairs == 1 else [2, 2 * (pairs - 1)])  # no untimed sizing pair
+    assert launched == ["kernel", "cublas"] * pairs  # interleaved
+    if pairs == 1:  # one sample each: the first launch is all there is
+        assert measured == pytest.approx((2 * kernel_ms, cublas_ms))
+    else:  # the minimum drops the kernel's slow first launch and the disturbed cuBLAS one
+        assert measured == pytest.approx((kernel_ms, cublas_ms))
 
 
 class CudaLike(torch.Tensor):
@@ -189,7 +237,7 @@ class MarkedPlan(FakePlan):
 
     def __init__(self, entry, M, N, K):
         super().__init__(M, N, K)
-        self.mark = float(entry.M)
+        self.entry, self.mark = entry, float(entry.M)
 
     def __call__(self, a, b, lead=None):
         self.ran += 1
@@ -204,18 +252,88 @@ def test_the_graph_capture_path_with_a_fake_kernel(tmp_path, monkeypatch):
     monkeypatch.setattr(d, "_build", lambda e, M, N, K, index: built.append(MarkedPlan(e, M, N, K))
                         or built[-1])
     b = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
-    a = torch.zeros(300, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
+    a = torch.zeros(1200, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
     monkeypatch.setattr(guard, "capturing", lambda: True)  # inside torch.cuda.graph(...)
     for _ in range(2):  # first seen during capture: the table's rule, its kernel, nothing timed
         c = d.gemm(a, b)
-        assert c.shape == (300, 4096) and torch.all(c == 2048)
+        assert c.shape == (1200, 4096) and torch.all(c == 2048)
     assert timed == [] and [p.ran for p in built] == [2]  # one plan for the capture
     assert d.route_for(a, b).path == "calibrated"
-    assert d.explain(300, 4096, 4096).endswith("the table's rule, not timed]")
+    assert d.explain(1200, 4096, 4096).endswith("the table's rule, not timed]")
     monkeypatch.setattr(guard, "capturing", lambda: False)  # eager again, after the capture
     assert torch.all(d.gemm(a, b) == 2048) and timed == [1]  # its own plan, timed now
     assert [p.ran for p in built] == [2, 1]  # (a workspace zeroed eagerly, not by a replay)
-    assert d.route(300, 4096, 4096, "bf16").path == "guarded"
-    assert "not timed" not in d.explain(300, 4096, 4096)
+    assert d.route(1200, 4096, 4096, "bf16").path == "guarded"
+    assert "not timed" not in d.explain(1200, 4096, 4096)
     monkeypatch.setattr(guard, "capturing", lambda: True)  # a later capture: the eager plan
     assert torch.all(d.gemm(a, b) == 2048) and [p.ran for p in built] == [2, 2] and timed == [1]
+
+
+# ---- unproven routes: calibration evidence on one side of the asked M only ---------------------
+def _unproven_dispatcher(tmp_path, monkeypatch, timer, **kw):
+    """A dispatcher whose kernels are MarkedPlans and whose first-use verification is recorded."""
+    from tunefw.evaluate.method import Verdict
+    from tunefw.runtime import firstuse
+
+    events, built = [], []
+    d = _dispatcher(tmp_path, lambda kernel, cublas: events.append("timed") or timer(kernel, cublas), **kw)
+    monkeypatch.setattr(d, "_build", lambda e, M, N, K, index: built.append(MarkedPlan(e, M, N, K))
+                        or built[-1])
+    monkeypatch.setattr(firstuse, "verify_plan", lambda plan, spec: events.append("verified")
+                        or Verdict(True, 0.0))
+    return d, events, built
+
+
+def _operands(M):
+    b = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
+    return torch.zeros(M, 4096, dtype=torch.bfloat16).as_subclass(CudaLike), b
+
+
+def test_an_unproven_route_is_cublas_until_the_guard_times_its_kernel(tmp_path, monkeypatch):
+    d, events, built = _unproven_dispatcher(tmp_path, monkeypatch, FakeTimer(1.0, 1.25))
+    route = d.route(300, 4096, 4096, "bf16")  # measured at M=1000 only, above 300
+    assert (route.path, route.entry, route.donor.M, route.ratio) == ("unproven", None, 2048, 1.1)
+    a, b = _operands(300)
+    monkeypatch.setattr(guard, "capturing", lambda: True)  # first seen during capture: cuBLAS
+    assert torch.all(d.gemm(a, b) == 0) and built == [] and events == []
+    assert d.explain(300, 4096, 4096) == (
+        "300x4096x4096 bf16: unproven: calibration measured 1.100x at M=1000 only, on one side of "
+        "M=300 for the bucket entry 2048x4096x4096: unproven, cuBLAS unless the guard measures it; "
+        f"kernel {FAMILIES['wgmma_sm90'].name_expression(CONFIG, 'bf16')} compiled on first use "
+        "[guard: first seen during CUDA-graph capture or torch.compile tracing: the table's rule, "
+        "not timed]")
+    monkeypatch.setattr(guard, "capturing", lambda: False)  # eager: built, verified, then timed
+    assert torch.all(d.gemm(a, b) == 2048) and events == ["verified", "timed"]
+    assert [p.ran for p in built] == [2]  # the timer's pair, then the call itself
+    route = d.route(300, 4096, 4096, "bf16")
+    assert (route.path, route.entry.M, route.ratio) == ("guarded", 2048, 1.25)
+    assert d.explain(300, 4096, 4096).startswith(
+        "300x4096x4096 bf16: guarded: first-call guard measured 1.250x cuBLAS on this shape: kept "
+        "the bucket entry 2048x4096x4096; calibration measured 1.100x at M=1000 only, on one side")
+    again = _dispatcher(tmp_path, FakeTimer(2.0, 1.0))  # a new process reads the decision
+    assert again.route(300, 4096, 4096, "bf16").path == "guarded" and again._guard.timer.calls == 0
+
+
+def test_an_unproven_route_the_guard_finds_slower_or_cannot_time_stays_cublas(tmp_path, monkeypatch):
+    d, events, built = _unproven_dispatcher(tmp_path, monkeypatch, FakeTimer(2.0, 1.0))
+    a, b = _operands(200)  # measured at M=1000 only, above 200
+    assert d.route(200, 4096, 4096, "bf16").path == "unproven"
+    assert torch.all(d.gemm(a, b) == 0) and events == ["verified", "timed"] and built[0].ran == 1
+    route = d.route_for(a, b)
+    assert (route.path, route.entry, route.donor.M, route.ratio) == ("cublas", None, 2048, 0.5)
+    assert d.explain(200, 4096, 4096) == (
+        "200x4096x4096 bf16: cublas: first-call guard measured 0.500x cuBLAS on this shape for "
+        "the bucket entry 2048x4096x4096: cuBLAS is faster")
+    off, events, built = _unproven_dispatcher(tmp_path / "off", monkeypatch, FakeTimer(1.0, 2.0),
+                                              guard=False)
+    assert torch.all(off.gemm(a, b) == 0) and built == [] and events == []  # nothing built or timed
+    assert off.route_for(a, b).path == "unproven"
+    failed, events, _ = _unproven_dispatcher(tmp_path / "bad", monkeypatch, FakeTimer(1.0, 2.0))
+    from tunefw.evaluate.method import Verdict
+    from tunefw.runtime import firstuse
+    monkeypatch.setattr(firstuse, "verify_plan", lambda plan, spec: Verdict(False, 1.0, "wrong"))
+    with pytest.warns(RuntimeWarning, match="failed strict verification"):
+        assert torch.all(failed.gemm(a, b) == 0)
+    assert events == []  # a kernel that fails its verification is never timed
+    assert failed.route_for(a, b).reason.startswith(
+        "the kernel of the unproven entry 2048x4096x4096 is unavailable: failed strict verification")

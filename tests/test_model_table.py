@@ -124,6 +124,21 @@ def test_the_summary_passes_only_what_the_issue_asks():
     assert summary["correct_everywhere"]["errors"] == ["graph 3x4096x4096: RuntimeError: x"]
 
 
+def test_the_summary_counts_unproven_routes_by_what_served_them():
+    rows = _rows()
+    paths = ["guarded", "cublas", "unproven"] + ["bucket"] * (len(rows["guard_on"]) - 3)
+    rows["guard_on"] = [{**r, "M": i, "path": p} for i, (r, p) in enumerate(zip(rows["guard_on"], paths))]
+    rows["guard_off"] = [{**r, "path": "unproven" if r["path"] in ("guarded", "cublas") else r["path"]}
+                         for r in rows["guard_on"]]
+    summary = guard.summarize(rows)
+    on, off = summary["untuned_never_slower"], summary["guard_off_calibrated"]
+    # after the first call an unproven route the guard measured is guarded (kept) or cublas
+    assert on["paths"] == {"bucket": len(paths) - 3, "cublas": 1, "guarded": 1, "unproven": 1}
+    assert on["unproven_unmeasured"] == ["2x4096x4096"]  # served by cuBLAS, never timed
+    assert off["paths"] == {"bucket": len(paths) - 3, "unproven": 3}  # guard off: cuBLAS
+    assert summary["all"]
+
+
 def test_each_shape_s_failure_or_the_deadline_is_a_row_not_the_end():
     def measure(i, s):
         if s["M"] == 2:

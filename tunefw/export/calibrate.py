@@ -3,7 +3,9 @@
 For each asked shape that a bucket or nearest rule serves (tunefw.runtime.rules, evidence
 ignored), the rule's entry is timed on that shape against cuBLAS by an injectable ``measure``
 function and the result is written into the table as evidence; a measured ratio below
-``evidence_min_ratio`` then routes the shape, and its neighbours in M, to cuBLAS. The default
+``evidence_min_ratio`` then routes the shape, and its neighbours in M, to cuBLAS, and an M with
+evidence on one side only is unproven (cuBLAS unless the first-call guard times it), so measure
+both sides of the Ms that matter (``between_shapes`` does, per gap of tuned Ms). The default
 ``measure`` runs on the GPU through tunefw.measure.bench (verified first, then timed
 interleaved with cuBLAS, L2 flushed); a wrong answer counts as 0 TFLOP/s.
 """

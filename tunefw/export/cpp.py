@@ -1,8 +1,9 @@
 """`tunefw export --format cpp`: a self-contained C++17 header of a dispatch table.
 
 The header's lookup() gives the same answer as DispatchTable.lookup(problem) on the table's own
-device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence, cuBLAS
-routes), written out in C++. check() cannot run in C++, so validity is split in two:
+device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence and
+its unproven routes, cuBLAS routes), written out in C++. check() cannot run in C++, so validity
+is split in two:
 
 * the part of check() that does not depend on the shape (space, device limits) is evaluated
   here, per entry, on the entry's own shape: ``nearest_ok`` (an entry whose config fails its own
@@ -199,7 +200,8 @@ def render_cpp(table: DispatchTable) -> str:
 //     x_entry)^2)) over M, N, K (ties: smaller M, then N, then K) valid for the shape.
 //  4. evidence: for rules 2 and 3, the measured shapes (kEvidence) served by the same entry with
 //     the same N, K: the shape's own measurement, else those next to it in M below and above;
-//     any ratio below kEvidenceMinRatio -> nullptr.
+//     any ratio below kEvidenceMinRatio -> nullptr; evidence on one side of M only (unproven:
+//     the Python runtime's first-call guard may time it) -> nullptr.
 // Shapes that are not tunable problems (M < 1, N or K not a positive multiple of 8) get nullptr.
 // TUNEFW_DISPATCH_FOR_EACH(X) expands X(index, family, kernel, template arguments...) per entry,
 // so an engine can instantiate every winner, e.g. kernel<template arguments...>.
@@ -336,6 +338,7 @@ inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype) {{
     if (v.M < M && (below < 0 || v.M > kEvidence[below].M)) below = j;
     if (v.M > M && (above < 0 || v.M < kEvidence[above].M)) above = j;
   }}
+  if ((below >= 0) != (above >= 0)) return -1;  // evidence on one side only: unproven
   if (below >= 0 && kEvidence[below].ratio < kEvidenceMinRatio) return -1;
   if (above >= 0 && kEvidence[above].ratio < kEvidenceMinRatio) return -1;
   return i;

@@ -3,7 +3,8 @@
 ``Dispatcher(path).gemm(a, b)`` takes a: MxK and b: NxK (TN, like ``F.linear`` without bias),
 picks the entry for the shape by the table's rules on this GPU (tunefw/runtime/rules.py:
 exact, bucket, nearest, calibration evidence, cuBLAS routes; then the first-call guard of
-tunefw/runtime/guard.py for non-exact routes), gets its kernel (compiled on first use through
+tunefw/runtime/guard.py for non-exact routes, unproven ones included: cuBLAS unless it times
+their kernel faster), gets its kernel (compiled on first use through
 tunefw.cuda.compiler and its cache, or read from a shipped cubin directory), verifies it strictly
 on the shape's first use (tunefw/runtime/firstuse.py), launches it on torch's current stream and
 returns C. Everything else goes to ``torch.matmul(a, b.t())``: cuBLAS routes, CPU tensors, other
@@ -124,7 +125,8 @@ class Dispatcher:
         if not (a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype):
             return Route("cublas", None, "not a 2-D CUDA GEMM of one dtype")
         route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
-        if route.entry is not None and self.plan_for(a, b) is None:  # its kernel failed to build
+        if route.entry is not None or route.path == "unproven":
+            self.plan_for(a, b)  # built (and timed by the guard) on first use: the route after it
             route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
         if route.entry is not None and not _servable(a, b):
             return Route("cublas", None, "operands are not contiguous, 16-byte aligned and on one device")
@@ -157,15 +159,24 @@ class Dispatcher:
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
                     and a.dtype == b.dtype and a.get_device() == b.get_device():
                 route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
-                if route.entry is not None:
+                kernel = route.entry or self._measurable(route, a, b)
+                if kernel is not None:
                     dev = self._devices[a.get_device()]
-                    plan = self._build(route.entry, a.shape[0], b.shape[0], a.shape[1], a.get_device())
-                    if plan is not None:
-                        plan = self._verified(plan, dev)
+                    plan = self._build(kernel, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    if plan is not None:  # verified first: its launches load the kernel's module
+                        plan = self._verified(plan, dev)  # outside the guard's timing
                     if plan is not None and _servable(a, b):
                         plan = self._first_call(route, plan, a, b, dev)
             plans[key] = plan
             return plan
+
+    def _measurable(self, route: Route, a: torch.Tensor, b: torch.Tensor) -> DispatchEntry | None:
+        """The donor of an unproven route when the guard is to time it now (guard on, eager,
+        operands a kernel can read), else None: the route stays cuBLAS."""
+        if route.path != "unproven" or not _servable(a, b):
+            return None
+        problem = GemmProblem(a.shape[0], b.shape[0], a.shape[1], dtype_name(a.dtype))
+        return route.donor if self._guard.can_time(route, problem) else None
 
     def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
               device: int | None = None) -> Route:
@@ -177,12 +188,13 @@ class Dispatcher:
             if key not in self._routes:
                 self._routes[key] = self._route(M, N, K, name, dev)
             route = self._routes[key]
-            if route.entry is not None:
-                reason = (self._failed.get(self._name(route.entry))
+            kernel = route.entry or (route.donor if route.path == "unproven" else None)
+            if kernel is not None:
+                reason = (self._failed.get(self._name(kernel))
                           or self._wrong.get((f"{M}x{N}x{K}:{name}", dev.index)))
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
-                                                 f"{_shape(route.entry)} is unavailable: {reason}")
+                                                 f"{_shape(kernel)} is unavailable: {reason}")
                 route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
             return route
 
@@ -226,15 +238,12 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        route = self.table.decide(problem, dev.spec)
-        if route.entry is None:
-            return route
-        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+        return self._sourced(self.table.decide(problem, dev.spec))
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
                 device: int | None = None) -> str:
-        """One line: the path serving the shape (exact / bucket / nearest / calibrated / cublas),
-        the rule, its entry and the measured ratio behind it."""
+        """One line: the path serving the shape (exact / bucket / nearest / calibrated / unproven /
+        guarded / cublas), the rule, its entry and the measured ratio behind it."""
         with self._lock:
             live = self._device(device)
         if live is None:  # no CUDA here: what the table's rules answer on its own device
@@ -253,10 +262,12 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype_name(dtype))
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        route = self.table.decide(problem)
-        if route.entry is None:
-            return route
-        return replace(route, reason=f"{route.reason}; {self._source(route.entry)}")
+        return self._sourced(self.table.decide(problem))
+
+    def _sourced(self, route: Route) -> Route:
+        """The route with where its kernel (an unproven route's donor's) comes from."""
+        kernel = route.entry or (route.donor if route.path == "unproven" else None)
+        return route if kernel is None else replace(route, reason=f"{route.reason}; {self._source(kernel)}")
 
     def _table_device(self) -> str:
         name = self.table.fingerprint.get("name") or self.table.device().name

@@ -2,10 +2,12 @@
 (tunefw/evaluate/strict.py) on random operands of the shape, before the kernel serves it.
 
 A sweep verified each winner on its own shape, but the runtime also serves shapes no trial ran
-(bucket, nearest and calibrated rules), so every (kernel, shape) is verified once per process,
-when its plan is built: C NaN-poisoned between guard bands, A and B between guard bands and
-unchanged, a throw-away launch, then two on the plan's own workspace that must be right and
-bit-identical, and a persistent kernel once more on a small grid. A kernel that fails, or whose
+(bucket, nearest and calibrated rules, unproven ones the guard times), so every (kernel, shape)
+is verified once per process, when its plan is built and before the first-call guard times it
+(its launches load the kernel's module, outside the guard's timing): C NaN-poisoned between
+guard bands, A and B between guard bands and unchanged, a throw-away launch, then two on the
+plan's own workspace that must be right and bit-identical, and a persistent kernel once more on
+a small grid. A kernel that fails, or whose
 check cannot run (out of device memory, a CUDA error), serves nothing on that shape (cuBLAS
 does, with one warning naming the reason). The check costs one fp32 reference GEMM and a few
 launches per shape and process, and holds A and B twice more while it runs. Nothing may run during

@@ -1,22 +1,23 @@
 """The first-call guard: a non-exact route is timed against cuBLAS before it is trusted.
 
-The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves
+The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves, or
+that calibration left unproven (evidence on one side of its M only: cuBLAS until measured),
 times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
-3 ms; two kernel + cuBLAS pairs where one pair alone takes longer) and keeps the faster. The decision is remembered for the process and in a small
-persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint and the shape, so a
-changed table or another GPU never reuses it. Under CUDA-graph capture or torch.compile tracing
-nothing is timed: a stored decision is used if there is one, else the table's rule.
+3 ms of GPU time: see cuda_timer) and keeps the faster. The decision is remembered for the
+process and in a small persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint
+and the shape, so a changed table or another GPU never reuses it. Under CUDA-graph capture or
+torch.compile tracing nothing is timed: a stored decision is used if there is one, else the
+table's rule (an unproven route stays cuBLAS).
 
-Off with ``Dispatcher(..., guard=False)`` or ``TUNEFW_GUARD=0``; the cache file is
-``$TUNEFW_CACHE_DIR/guard.json`` (default ``~/.cache/tunefw/guard.json``) unless
-``guard_cache=PATH`` (``False``: process memory only).
+Off with ``Dispatcher(..., guard=False)`` or ``TUNEFW_GUARD=0`` (unproven routes then stay
+cuBLAS); the cache file is ``$TUNEFW_CACHE_DIR/guard.json`` (default
+``~/.cache/tunefw/guard.json``) unless ``guard_cache=PATH`` (``False``: process memory only).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import statistics
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,13 @@ from typing import Callable
 from tunefw.device import DeviceSpec
 from tunefw.runtime.dispatch import DispatchTable
 
-# (kernel launch, cuBLAS launch) -> (kernel ms, cuBLAS ms), medians of interleaved launches
+# (kernel launch, cuBLAS launch) -> (kernel ms, cuBLAS ms), estimated from interleaved launches
 Timer = Callable[[Callable[[], object], Callable[[], object]], tuple[float, float]]
 CACHE_FORMAT = 1
 MAX_DECISIONS = 100000
 ENV = "TUNEFW_GUARD"
+MAX_PAIRS = 10
+GUARDED = ("bucket", "nearest", "calibrated", "unproven")  # the paths the guard times
 
 
 @dataclass(frozen=True)
@@ -137,28 +140,35 @@ def decide(timer: Timer, kernel: Callable[[], object], cublas: Callable[[], obje
     return Decision(ratio >= min_ratio, ratio, kernel_ms, cublas_ms)
 
 
-def timed_pairs(first_pair_ms: float, budget_ms: float, most: int = 10) -> int:
-    """Timed (kernel, cuBLAS) pairs after the sizing pair: as many as fit in what is left of
-    ``budget_ms`` (at most ``most``), and one where not even that fits (a GEMM of a few ms)."""
+def more_pairs(first_pair_ms: float, budget_ms: float, most: int = MAX_PAIRS) -> int:
+    """(kernel, cuBLAS) pairs to time after the first: as many as fit in what is left of
+    ``budget_ms`` (possibly none), ``most`` pairs in all at most."""
     left = budget_ms - first_pair_ms
-    return max(1, min(most, int(left / max(first_pair_ms, 1e-3))))
+    if left <= 0:
+        return 0
+    return min(most - 1, int(left / max(first_pair_ms, 1e-3) + 1e-9))
 
 
 def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
-    """Interleaved CUDA-event timing (L2 flushed before each launch) within about ``budget_ms``:
-    one untimed sizing pair (it also absorbs a freshly loaded kernel's first launch), then
-    timed_pairs() pairs. The flush buffer is allocated once, when the timer is made."""
+    """Interleaved CUDA-event timing (L2 flushed before each launch) in about ``budget_ms`` of
+    GPU time, flushes included: one timed pair, then more_pairs() pairs (a pair longer than the
+    budget costs that one pair). Each side's estimate is the minimum over its 1-10 samples: with
+    so few, a median still holds a freshly loaded kernel's first launch or a launch disturbed by
+    other work, and the minimum discards both, on both sides alike. The flush buffer is
+    allocated, and the flush timed, once, when the timer is made."""
     import torch
 
     from tunefw.evaluate import method
 
     flush = method.L2Flush(l2_bytes)
+    flush_ms = min(method.time_each([flush, flush], None, torch.cuda.synchronize))
 
     def timer(kernel: Callable[[], object], cublas: Callable[[], object]) -> tuple[float, float]:
-        first = method.time_each([kernel, cublas], flush, torch.cuda.synchronize)
-        pairs = timed_pairs(sum(first), budget_ms)
-        times = method.time_each([kernel, cublas] * pairs, flush, torch.cuda.synchronize)
-        return statistics.median(times[0::2]), statistics.median(times[1::2])
+        times = method.time_each([kernel, cublas], flush, torch.cuda.synchronize)
+        more = more_pairs(sum(times) + 2 * flush_ms, budget_ms)
+        if more:
+            times += method.time_each([kernel, cublas] * more, flush, torch.cuda.synchronize)
+        return min(times[0::2]), min(times[1::2])
 
     return timer
 
@@ -186,13 +196,13 @@ class Guard:
         return self._timers[index]
 
     def applies(self, route, problem) -> bool:
-        """Whether the route needs the guard: a kernel served by a non-exact rule that has no
-        measurement of this very shape."""
+        """Whether the route needs the guard: a non-exact rule's kernel (serving, or unproven and
+        cuBLAS until measured) with no measurement of this very shape."""
         from tunefw.runtime.rules import evidence_for
 
-        if not self.enabled or route.entry is None or route.path not in ("bucket", "nearest", "calibrated"):
+        if not self.enabled or route.donor is None or route.path not in GUARDED:
             return False
-        points = evidence_for(self.table, route.entry, problem)
+        points = evidence_for(self.table, route.donor, problem)
         return not (len(points) == 1 and points[0].M == problem.M)
 
     def _key(self, problem, gpu: DeviceSpec) -> str:
@@ -205,14 +215,21 @@ class Guard:
         decision = self.cache.get(self._key(problem, gpu))
         return route if decision is None else self._route(route, decision)
 
-    def first_call(self, route, problem, gpu: DeviceSpec, kernel: Callable[[], object],
-                   cublas: Callable[[], object]):
-        """Time the route's kernel against cuBLAS (unless capturing) and return the decided route."""
+    def can_time(self, route, problem) -> bool:
+        """Whether the route is to be timed now: the guard applies and nothing is being captured
+        or traced (a shape first seen there is noted for explain())."""
         if not self.applies(route, problem):
-            return route
+            return False
         if capturing():
             self.untimed[problem.key()] = ("first seen during CUDA-graph capture or torch.compile "
                                            "tracing: the table's rule, not timed")
+            return False
+        return True
+
+    def first_call(self, route, problem, gpu: DeviceSpec, kernel: Callable[[], object],
+                   cublas: Callable[[], object]):
+        """Time the route's kernel against cuBLAS (unless capturing) and return the decided route."""
+        if not self.can_time(route, problem):
             return route
         decision = decide(self.timer or self._device_timer(gpu), kernel, cublas,
                           self.table.evidence_min_ratio)
@@ -226,10 +243,10 @@ class Guard:
 
         from tunefw.runtime.rules import Route, shape
 
-        what = f"the {route.rule} entry {shape(route.entry)}"
+        what = f"the {route.rule} entry {shape(route.donor)}"
         measured = f"first-call guard measured {decision.ratio:.3f}x cuBLAS on this shape"
         if decision.kernel:
-            return replace(route, path="guarded", ratio=decision.ratio,
+            return replace(route, path="guarded", entry=route.donor, ratio=decision.ratio,
                            reason=f"{measured}: kept {what}; {route.reason}")
         return Route("cublas", None, f"{measured} for {what}: cuBLAS is faster", route.rule,
-                     route.entry, decision.ratio)
+                     route.donor, decision.ratio)

@@ -16,6 +16,10 @@ For a problem (M, N, K, dtype, layout) on the table's device:
    same entry with the same (N, K). A measured shape takes its own verdict; another M takes the
    verdict of the measured Ms next to it below and above: if either measured below
    ``evidence_min_ratio`` the shape is served by cuBLAS, else by the entry ('calibrated').
+   Evidence on one side of the asked M only brackets nothing (the speed of a kernel changes
+   with M in steps, e.g. when its tile count crosses a wave): the route is 'unproven', served
+   by cuBLAS with the entry kept as ``donor``, which the first-call guard may time
+   (tunefw/runtime/guard.py). A series with no evidence keeps the bucket / nearest route.
 5. Nothing found: cuBLAS.
 """
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tunefw.templates import FAMILIES
 if TYPE_CHECKING:  # dispatch.py's table calls decide(): the types only, no import cycle
     from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
 
-PATHS = ("exact", "bucket", "nearest", "calibrated", "guarded", "cublas")
+PATHS = ("exact", "bucket", "nearest", "calibrated", "unproven", "guarded", "cublas")
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,11 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> Ro
     points = evidence_for(table, e, problem)
     if not points:
         return Route(rule, e, f"{what}, {how} ({tag}); no calibration evidence", rule, e)
+    if len(points) == 1 and points[0].M != problem.M:
+        v = points[0]
+        return Route("unproven", None, f"calibration measured {_measured(points)} only, on one side "
+                                       f"of M={problem.M} for the {rule} {what}: unproven, cuBLAS "
+                                       "unless the guard measures it", rule, e, v.ratio)
     worst = min(points, key=lambda v: v.ratio)
     if worst.ratio < table.evidence_min_ratio:
         return Route("cublas", None, f"calibration measured {_measured(points)} for the {rule} "

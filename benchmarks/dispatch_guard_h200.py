@@ -82,10 +82,10 @@ def _other_layers(table: DispatchTable) -> list[tuple[str, int, int, tuple[int, 
 def calibration_shapes(table: DispatchTable) -> list[dict]:
     """What ``tunefw dispatch calibrate --shapes`` measures before serving: each layer's
     in-between M (tunefw.export.calibrate.between_shapes), twice its top tuned M (lm_head-wide
-    layers excepted), and the other models' layers at the table's tuned M; never a shape of
-    plan_shapes(), so serving those tests the rules' neighbour verdicts."""
+    layers excepted), and the other models' layers at the table's tuned M and in between; never
+    a shape of plan_shapes(), so serving those tests the rules' neighbour verdicts."""
     from tunefw.errors import UserError
-    from tunefw.export.calibrate import between_shapes
+    from tunefw.export.calibrate import between_ms, between_shapes
 
     tested = {(s["M"], s["N"], s["K"]) for s in plan_shapes(table)}
     found: dict[tuple[int, int, int], dict] = {}
@@ -104,8 +104,8 @@ def calibration_shapes(table: DispatchTable) -> list[dict]:
         add(2 * entries[-1].M, n, k, dtype)
     grid = sorted({e.M for e in table.entries})
     dtype = table.entries[0].dtype if table.entries else "bf16"
-    for _, n, k, _ in _other_layers(table):
-        for m in grid:
+    for _, n, k, _ in _other_layers(table):  # the grid and its in-between Ms: verdicts that
+        for m in grid + between_ms(grid):    # bracket (rule 4 serves no one-sided evidence)
             add(m, n, k, dtype)
     return list(found.values())
 

@@ -82,7 +82,8 @@ def test_untuned_shapes_span_m_and_other_models_and_calibration_never_measures_t
     keys = {(s["M"], s["N"], s["K"]) for s in cal}
     assert not keys & {(s["M"], s["N"], s["K"]) for s in shapes}
     assert {(m, 4096, 4096) for m in (2, 4, 15, 17, 181, 513, 2047, 4096)} <= keys
-    assert {(m, 6144, 4096) for m in GRID} <= keys  # another model's layer at the tuned M
+    assert {(m, 6144, 4096) for m in GRID} <= keys  # another model's layer at the tuned M ...
+    assert {(m, 3584, 3584) for m in (2, 4, 15, 513, 2047)} <= keys  # ... and in between
     # The fused layout's table gets the unfused layers as its other models
     fused = guard.plan_shapes(_table({(6144, 4096): "qkv", (4096, 4096): "o_proj",
                                       (28672, 4096): "gate_up", (4096, 14336): "down"}))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from tunefw.errors import UserError
 from tunefw.problem import DTYPES, GemmProblem, parse_shape
@@ -58,6 +58,13 @@ def read_shapes(path: str | Path) -> list[GemmProblem]:
     return shapes
 
 
+def between_ms(tuned: Iterable[int]) -> list[int]:
+    """For each pair of neighbouring tuned M values a < b: a + 1, their geometric middle and
+    b - 1 (the Ms whose calibration brackets every M in between)."""
+    ms = sorted(set(tuned))
+    return [m for a, b in zip(ms, ms[1:]) for m in sorted({a + 1, round((a * b) ** 0.5), b - 1} - {a, b})]
+
+
 def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
     """In-between shapes of the layers whose label is ``label`` or starts with ``label.``: for
     each pair of neighbouring tuned M values a < b, a + 1, their geometric middle and b - 1."""
@@ -65,11 +72,8 @@ def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
     for entries in table.layers().values():
         if not any(e.label == label or e.label.startswith(label + ".") for e in entries):
             continue
-        ms = sorted({e.M for e in entries})
         e0 = entries[0]
-        for a, b in zip(ms, ms[1:]):
-            for m in sorted({a + 1, round((a * b) ** 0.5), b - 1} - {a, b}):
-                shapes.append(GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout))
+        shapes += [GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout) for m in between_ms(e.M for e in entries)]
     if not shapes:
         raise UserError(f"--model {label!r}: no layer of the table has that label "
                         "(or each has one tuned M)")

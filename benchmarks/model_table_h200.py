@@ -178,18 +178,26 @@ def sweep_done(state: State, study: str) -> bool:
 
 
 def export_phase(cmd: list[str], state: State, timeout: float) -> dict:
-    """Export (losses as cuBLAS routes), ship the cubins and write the calibration shapes."""
-    from dispatch_guard_h200 import calibration_shapes
+    """Export (losses as cuBLAS routes) and ship the cubins."""
     from tunefw.runtime.dispatch import load
     from tunefw.runtime.shipped import ship_cubins
 
     run_checked("export", cmd, timeout)
     table = load(state.table)
     manifest = ship_cubins(table, state.cubins, table.device().arch)
-    shapes = calibration_shapes(table)
-    state.shapes.write_text("".join(f"{s['M']}x{s['N']}x{s['K']} {s['dtype']}\n" for s in shapes))
     return {"entries": len(table.entries), "cublas_routes": sum(e.is_cublas for e in table.entries),
-            "kernels_shipped": len(manifest["kernels"]), "calibration_shapes": len(shapes)}
+            "kernels_shipped": len(manifest["kernels"])}
+
+
+def write_calibration_shapes(state: State) -> int:
+    """The exported table's calibration shapes (dispatch_guard_h200.calibration_shapes), written
+    when calibration starts, so a --redo of it measures today's list; how many."""
+    from dispatch_guard_h200 import calibration_shapes
+    from tunefw.runtime.dispatch import load
+
+    shapes = calibration_shapes(load(state.table))
+    state.shapes.write_text("".join(f"{s['M']}x{s['N']}x{s['K']} {s['dtype']}\n" for s in shapes))
+    return len(shapes)
 
 
 def calibration_figures(state: State) -> dict:
@@ -250,8 +258,9 @@ def run_phases(args: argparse.Namespace, state: State, out: Path, started: float
         elif phase == "export":
             figures = export_phase(cmd, state, timeout)
         elif phase == "calibrate":
+            count = write_calibration_shapes(state)
             run_checked(phase, cmd, timeout)
-            figures = calibration_figures(state)
+            figures = {**calibration_figures(state), "calibration_shapes": count}
         elif phase in ("guard", "hf"):
             name = "dispatch_guard_h200.json" if phase == "guard" else "hf_llama_h200.json"
             budget = min(240.0 if phase == "guard" else 300.0, left() - 60)
@@ -300,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         state = State(args.state_dir)
         for phase, cmd in commands(args, state, args.budget_s).items():
-            print(f"{phase}: {'done' if state.done(phase) else ' '.join(cmd)}")
+            done = state.done(phase) and phase not in args.redo
+            print(f"{phase}: {'done' if done else ' '.join(cmd)}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     if unpack(args.resume, args.state_dir):

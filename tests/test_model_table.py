@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import dispatch_guard_h200 as guard  # noqa: E402
 import model_table_h200 as mt  # noqa: E402
-from tunefw.runtime.dispatch import DispatchEntry, DispatchTable  # noqa: E402
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
 from tunefw.templates import FAMILIES  # noqa: E402
 
 CONFIG = REPO / mt.DEFAULTS["model"]
@@ -169,6 +169,7 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     monkeypatch.setattr(mt, "sweep_figures", lambda state, study: {"rows": [], "trials": 600})
     monkeypatch.setattr(mt, "export_phase", lambda cmd, state, timeout: {"entries": 25})
     monkeypatch.setattr(mt, "calibration_figures", lambda state: {"measured": 80})
+    monkeypatch.setattr(mt, "write_calibration_shapes", lambda state: 128)
     out, tar = tmp_path / "out", mt.state_tar("hf_llama3_8b")
     run = lambda name, budget, resume: mt.main([  # noqa: E731
         "--state-dir", str(tmp_path / name), "--out", str(out / name), "--resume", str(resume),
@@ -209,3 +210,12 @@ def test_a_study_file_and_a_choice_of_phases():
         "create", "llama3_8b", "--from", "studies/llama3_8b.yaml"] and "--from-model" not in cmd
     with pytest.raises(SystemExit):
         mt.parse_args(["--phases", "sweep,plot"])
+
+
+def test_calibration_writes_todays_shapes_from_the_exported_table(tmp_path):
+    state = mt.State(tmp_path)
+    state.table.write_text((REPO / "benchmarks/results/dispatch_hf_llama3_8b_h200.json").read_text())
+    count = mt.write_calibration_shapes(state)
+    lines = state.shapes.read_text().splitlines()
+    assert count == len(lines) == len(guard.calibration_shapes(load(state.table)))
+    assert "2x3584x3584 bf16" in lines  # another model's layer between the tuned Ms

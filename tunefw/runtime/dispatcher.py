@@ -125,7 +125,7 @@ class Dispatcher:
         if not (a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype):
             return Route("cublas", None, "not a 2-D CUDA GEMM of one dtype")
         route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
-        if route.entry is not None or route.path == "unproven":
+        if route.candidate is not None:
             self.plan_for(a, b)  # built (and timed by the guard) on first use: the route after it
             route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
         if route.entry is not None and not _servable(a, b):
@@ -188,7 +188,7 @@ class Dispatcher:
             if key not in self._routes:
                 self._routes[key] = self._route(M, N, K, name, dev)
             route = self._routes[key]
-            kernel = route.entry or (route.donor if route.path == "unproven" else None)
+            kernel = route.candidate
             if kernel is not None:
                 reason = (self._failed.get(self._name(kernel))
                           or self._wrong.get((f"{M}x{N}x{K}:{name}", dev.index)))
@@ -266,7 +266,7 @@ class Dispatcher:
 
     def _sourced(self, route: Route) -> Route:
         """The route with where its kernel (an unproven route's donor's) comes from."""
-        kernel = route.entry or (route.donor if route.path == "unproven" else None)
+        kernel = route.candidate
         return route if kernel is None else replace(route, reason=f"{route.reason}; {self._source(kernel)}")
 
     def _table_device(self) -> str:

@@ -49,6 +49,11 @@ class Route:
     donor: DispatchEntry | None = None
     ratio: float | None = None
 
+    @property
+    def candidate(self) -> DispatchEntry | None:
+        """The entry whose kernel serves the route, or, unproven, would once the guard keeps it."""
+        return self.entry or (self.donor if self.path == "unproven" else None)
+
 
 def shape(e: DispatchEntry | Evidence | GemmProblem) -> str:
     """'MxNxK' of an entry, evidence item or problem."""

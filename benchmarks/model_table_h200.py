@@ -266,7 +266,9 @@ def run_phases(args: argparse.Namespace, state: State, out: Path, started: float
             budget = min(240.0 if phase == "guard" else 300.0, left() - 60)
             rc = call(cmd + commit + ["--budget-s", f"{budget:.0f}", "--out", str(out / name)],
                       min(budget + 120, timeout))  # a failed acceptance still writes its file
-            figures = {"result": name, "written": (out / name).exists(), "rc": rc}
+            if not (out / name).exists():  # it crashed: not done, a later run tries again
+                raise SystemExit(f"model_table_h200: phase {phase}: exited {rc} without {name}")
+            figures = {"result": name, "rc": rc}
         else:
             run_checked(phase, cmd, timeout)
             figures = {}

@@ -276,16 +276,23 @@ def guard_off(dispatcher, on_rows: list[dict], flush, deadline: float) -> list[d
 
 
 def exact_rows(dispatcher, table: DispatchTable, flush, deadline: float) -> list[dict]:
-    """Part 3: each kernel entry on its own shape, against its confirmed TFLOP/s."""
+    """Part 3: each kernel entry on its own shape against its sweep confirmation: its ratio to
+    cuBLAS now over the confirmed ratio (``ratio_to_confirmed``; clocks change between runs and
+    machines, cuBLAS in the same run cancels them), and the raw TFLOP/s over the confirmed."""
     from tunefw.measure.bench import bench_entry
 
     def measure(i: int, s: dict) -> dict:
         row = _short(bench_entry(dispatcher, _problem(s), 3000 + i, flush, None))
-        return {**s, **row, "ratio_to_confirmed": row["tflops"] / s["confirmed_tflops"]
+        if row.get("ratio") is None or row.get("tflops") is None:
+            return {**s, **row}
+        return {**s, **row, "ratio_to_confirmed": row["ratio"] / s["confirmed_ratio"]
+                if s["confirmed_ratio"] else None,
+                "tflops_to_confirmed": row["tflops"] / s["confirmed_tflops"]
                 if s["confirmed_tflops"] else None}
 
     shapes = [{"M": e.M, "N": e.N, "K": e.K, "dtype": e.dtype, "label": e.label,
-               "confirmed_tflops": e.tflops} for e in table.entries if not e.is_cublas]
+               "confirmed_tflops": e.tflops, "confirmed_ratio": e.ratio}
+              for e in table.entries if not e.is_cublas]
     return each(shapes, measure, deadline)
 
 

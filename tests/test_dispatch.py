@@ -7,6 +7,7 @@ from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.runtime import dispatch
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
+from tunefw.runtime.rules import tile_fill
 from tunefw.templates import FAMILIES
 
 
@@ -142,10 +143,29 @@ def test_evidence_routes_measured_losses_and_their_neighbours_to_cublas():
     assert pick(100).path == "bucket"  # served by the 128 entry: no evidence of its own
     lower = _table(table.entries, table.evidence, evidence_min_ratio=0.5)
     assert lower.decide(GemmProblem(300, 4096, 4096), H200).path == "calibrated"
-    bracketed = _table(table.entries, table.evidence + [_ev(1800, (2048, 4096, 4096), 1.2)])
-    win = bracketed.decide(GemmProblem(1500, 4096, 4096), H200)
+    bracketed = _table(table.entries, [_ev(600, (2048, 4096, 4096), 1.05),
+                                       _ev(1100, (2048, 4096, 4096), 1.2)])
+    win = bracketed.decide(GemmProblem(1024, 4096, 4096), H200)
     assert (win.path, win.entry.M, win.ratio) == ("calibrated", 2048, pytest.approx(1.05))
-    assert win.reason.endswith("calibration measured 1.050x at M=1024, 1.200x at M=1800")
+    assert win.reason.endswith("calibration measured 1.050x at M=600, 1.200x at M=1100")
+
+
+def test_a_bracket_vouches_for_no_m_whose_tiles_are_emptier_than_at_both_ends():
+    """Measured wins at two Ms say nothing of an M between them where the kernel's tiles and
+    last wave of SMs are emptier than at both (the H200 served 3000x14336x4096 at 0.937x between
+    1.011x at M=2047 and 1.004x at 4096): unproven (tests/test_export_cpp.py: the header too)."""
+    table = _table([_e(2048)], [_ev(600, (2048, 4096, 4096), 1.05),
+                                _ev(1100, (2048, 4096, 4096), 1.2)])
+    # 128x256 tiles on N=4096: M=600 is 80 tiles in one wave of 132 SMs, 600/640 of their rows
+    # used (56.8%); 1100 is 144 tiles in two waves (52.1%); 1050 the same tiles, fewer rows
+    # used (49.7%); 1024 is 128 full tiles in one wave (97.0%)
+    assert [round(tile_fill(table.entries[0], m, 4096, 132), 3) for m in (600, 1100, 1050, 1024)] \
+        == [0.568, 0.521, 0.497, 0.97]
+    route = table.decide(GemmProblem(1050, 4096, 4096), H200)
+    assert (route.path, route.entry, route.donor.M, route.ratio) == (
+        "unproven", None, 2048, pytest.approx(1.05))
+    assert "its tiles are 49.7% full at M=1050 against 52.1% there" in route.reason
+    assert table.decide(GemmProblem(1024, 4096, 4096), H200).path == "calibrated"
 
 
 def test_evidence_on_one_side_of_the_asked_m_leaves_it_unproven():

@@ -244,3 +244,19 @@ def test_crafted_device_name_and_label_are_escaped(tmp_path):
     assert run.stdout.decode("utf-8") == name + "|" + entry.label
     with pytest.raises(UserError, match="fingerprint.cc='90; evil'"):
         render(DispatchTable(False, {"name": "NVIDIA H200", "cc": "90; evil"}, [entry]), "cpp")
+
+
+def test_header_leaves_an_m_with_emptier_tiles_than_its_bracket_unproven(tmp_path):
+    """Rule 4's tile fill in C++: between wins measured at M=600 and M=1100 (tiles of 128x256
+    56.8% and 52.1% full), M=1050 (49.7%) is cuBLAS and M=1024 (97.0%) the entry, as in Python."""
+    from tunefw.runtime.dispatch import Evidence
+
+    config = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)
+    entry = DispatchEntry(2048, 4096, 4096, "bf16", "TN", "wgmma_sm90", config, 500.0, 450.0, 1)
+    table = DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, [entry], evidence=[
+        Evidence(m, 4096, 4096, "bf16", "TN", "bucket", (2048, 4096, 4096), r * 450.0, 450.0)
+        for m, r in ((600, 1.05), (1100, 1.2))])
+    shapes = [(m, 4096, 4096, "bf16") for m in (600, 1024, 1050, 1100)]
+    lines = _run_header(tmp_path, table, shapes)
+    assert [int(line.split()[0]) for line in lines] == [0, 0, -1, 0]
+    assert [_python_answer(table, s) for s in shapes] == [0, 0, -1, 0]

@@ -20,7 +20,9 @@ def _table(tflops=700.0):
     entries = [DispatchEntry(M, 4096, 4096, "bf16", "TN", "wgmma_sm90", CONFIG, tflops, 650.0, M)
                for M in (128, 2048)]
     evidence = [Evidence(M, 4096, 4096, "bf16", "TN", "bucket", (2048, 4096, 4096), 110.0, 100.0)
-                for M in (1000, 1600)]  # M in 1000..1600 is calibrated, 129..999 and 1601..2047 unproven
+                for M in (1000, 1600)]
+    # M in 1000..1600 is calibrated where its 128x256 tiles are as full as at 1600 (1024: one
+    # full wave of SMs), unproven elsewhere (129..999, 1601..2047, and e.g. 1500: two waves)
     return DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, entries, evidence=evidence)
 
 
@@ -59,20 +61,20 @@ def _first_call(d, M, N=4096, K=4096):
 def test_a_slower_kernel_is_replaced_by_cublas_and_remembered(tmp_path):
     timer = FakeTimer(kernel_ms=2.0, cublas_ms=1.0)
     d = _dispatcher(tmp_path, timer)
-    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"  # between two measured Ms
-    kept, plan = _first_call(d, 1500)
+    assert d.route(1024, 4096, 4096, "bf16").path == "calibrated"  # between two measured Ms
+    kept, plan = _first_call(d, 1024)
     assert kept is None and plan.ran == 1 and timer.calls == 1
-    route = d.route(1500, 4096, 4096, "bf16")
+    route = d.route(1024, 4096, 4096, "bf16")
     assert (route.path, route.rule, route.ratio) == ("cublas", "bucket", 0.5)
-    assert d.explain(1500, 4096, 4096) == (
-        "1500x4096x4096 bf16: cublas: first-call guard measured 0.500x cuBLAS on this shape for "
+    assert d.explain(1024, 4096, 4096) == (
+        "1024x4096x4096 bf16: cublas: first-call guard measured 0.500x cuBLAS on this shape for "
         "the bucket entry 2048x4096x4096: cuBLAS is faster")
     # a new process with the same table and GPU reads the decision: no timing
     again = _dispatcher(tmp_path, FakeTimer(1.0, 2.0))
-    assert again.route(1500, 4096, 4096, "bf16").path == "cublas"
+    assert again.route(1024, 4096, 4096, "bf16").path == "cublas"
     saved = json.loads((tmp_path / "guard.json").read_text())
     (key,) = saved["decisions"]
-    assert key == f"{guard.table_hash(_table())}/{guard.gpu_key(H200)}/1500x4096x4096:bf16:TN"
+    assert key == f"{guard.table_hash(_table())}/{guard.gpu_key(H200)}/1024x4096x4096:bf16:TN"
 
 
 def test_a_faster_kernel_is_kept(tmp_path):
@@ -87,27 +89,27 @@ def test_a_faster_kernel_is_kept(tmp_path):
 
 
 def test_decisions_are_invalidated_when_the_table_or_the_gpu_changes(tmp_path):
-    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1500)
+    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1024)
     changed = _table(tflops=710.0)
     assert guard.table_hash(changed) != guard.table_hash(_table())
-    assert _dispatcher(tmp_path, None, table=changed).route(1500, 4096, 4096, "bf16").path == "calibrated"
+    assert _dispatcher(tmp_path, None, table=changed).route(1024, 4096, 4096, "bf16").path == "calibrated"
     other_gpu = dataclasses.replace(H200, sm_count=114)  # same model name and cc, other limits
     assert guard.gpu_key(other_gpu) != guard.gpu_key(H200)
-    assert _dispatcher(tmp_path, None, gpu=other_gpu).route(1500, 4096, 4096, "bf16").path == "calibrated"
-    assert _dispatcher(tmp_path, None).route(1500, 4096, 4096, "bf16").path == "cublas"
+    assert _dispatcher(tmp_path, None, gpu=other_gpu).route(1024, 4096, 4096, "bf16").path == "calibrated"
+    assert _dispatcher(tmp_path, None).route(1024, 4096, 4096, "bf16").path == "cublas"
 
 
 def test_nothing_is_timed_during_capture_or_tracing(tmp_path, monkeypatch):
-    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1500)  # stored before capture
+    _first_call(_dispatcher(tmp_path, FakeTimer(2.0, 1.0)), 1024)  # stored before capture
     monkeypatch.setattr(guard, "capturing", lambda: True)
     timer = FakeTimer(2.0, 1.0)
     d = _dispatcher(tmp_path, timer)
-    kept, plan = _first_call(d, 1200)  # first seen during capture: the table's rule
+    kept, plan = _first_call(d, 1010)  # first seen during capture: the table's rule
     assert kept is not None and timer.calls == 0 and plan.ran == 0
-    assert d.route(1200, 4096, 4096, "bf16").path == "calibrated"
-    assert d.explain(1200, 4096, 4096).endswith(
+    assert d.route(1010, 4096, 4096, "bf16").path == "calibrated"
+    assert d.explain(1010, 4096, 4096).endswith(
         "[guard: first seen during CUDA-graph capture or torch.compile tracing: the table's rule, not timed]")
-    assert d.route(1500, 4096, 4096, "bf16").path == "cublas"  # the stored decision still holds
+    assert d.route(1024, 4096, 4096, "bf16").path == "cublas"  # the stored decision still holds
 
 
 def test_exact_entries_measured_shapes_and_a_disabled_guard_are_not_timed(tmp_path, monkeypatch):
@@ -119,7 +121,7 @@ def test_exact_entries_measured_shapes_and_a_disabled_guard_are_not_timed(tmp_pa
         assert kept is not None
     assert timer.calls == 0
     off = _dispatcher(tmp_path, timer, guard=False)
-    kept, _ = _first_call(off, 1500)
+    kept, _ = _first_call(off, 1024)
     assert kept is not None and timer.calls == 0
     monkeypatch.setenv(guard.ENV, "0")
     assert not _dispatcher(tmp_path, timer)._guard.enabled
@@ -128,8 +130,8 @@ def test_exact_entries_measured_shapes_and_a_disabled_guard_are_not_timed(tmp_pa
 def test_broken_or_unwritable_cache_files_cost_only_a_measurement(tmp_path):
     (tmp_path / "guard.json").write_text("{not json")
     d = _dispatcher(tmp_path, FakeTimer(2.0, 1.0))
-    assert d.route(1500, 4096, 4096, "bf16").path == "calibrated"
-    _first_call(d, 1500)
+    assert d.route(1024, 4096, 4096, "bf16").path == "calibrated"
+    _first_call(d, 1024)
     assert json.loads((tmp_path / "guard.json").read_text())["format"] == 1
     ro = guard.DecisionCache(tmp_path / "missing" / "dir" / "x" / "guard.json")
     (tmp_path / "missing").write_text("a file, not a directory")
@@ -252,19 +254,19 @@ def test_the_graph_capture_path_with_a_fake_kernel(tmp_path, monkeypatch):
     monkeypatch.setattr(d, "_build", lambda e, M, N, K, index: built.append(MarkedPlan(e, M, N, K))
                         or built[-1])
     b = torch.empty(4096, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
-    a = torch.zeros(1200, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
+    a = torch.zeros(1010, 4096, dtype=torch.bfloat16).as_subclass(CudaLike)
     monkeypatch.setattr(guard, "capturing", lambda: True)  # inside torch.cuda.graph(...)
     for _ in range(2):  # first seen during capture: the table's rule, its kernel, nothing timed
         c = d.gemm(a, b)
-        assert c.shape == (1200, 4096) and torch.all(c == 2048)
+        assert c.shape == (1010, 4096) and torch.all(c == 2048)
     assert timed == [] and [p.ran for p in built] == [2]  # one plan for the capture
     assert d.route_for(a, b).path == "calibrated"
-    assert d.explain(1200, 4096, 4096).endswith("the table's rule, not timed]")
+    assert d.explain(1010, 4096, 4096).endswith("the table's rule, not timed]")
     monkeypatch.setattr(guard, "capturing", lambda: False)  # eager again, after the capture
     assert torch.all(d.gemm(a, b) == 2048) and timed == [1]  # its own plan, timed now
     assert [p.ran for p in built] == [2, 1]  # (a workspace zeroed eagerly, not by a replay)
-    assert d.route(1200, 4096, 4096, "bf16").path == "guarded"
-    assert "not timed" not in d.explain(1200, 4096, 4096)
+    assert d.route(1010, 4096, 4096, "bf16").path == "guarded"
+    assert "not timed" not in d.explain(1010, 4096, 4096)
     monkeypatch.setattr(guard, "capturing", lambda: True)  # a later capture: the eager plan
     assert torch.all(d.gemm(a, b) == 2048) and [p.ran for p in built] == [2, 2] and timed == [1]
 

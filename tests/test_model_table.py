@@ -155,13 +155,18 @@ def test_each_shape_s_failure_or_the_deadline_is_a_row_not_the_end():
 
 
 def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, monkeypatch):
-    calls, killed = [], []
+    calls, killed, crash = [], [], []
 
     def fake_call(cmd, cwd, timeout):
         calls.append(cmd)
         if "launch" in cmd and killed == []:  # the first sweep outruns the run's budget
             killed.append(timeout)
             raise mt.subprocess.TimeoutExpired(cmd, timeout)
+        if "--out" in cmd and Path(cmd[1]).name != "tunefw":  # a result script writes its file
+            if crash:
+                return 1
+            Path(cmd[cmd.index("--out") + 1]).parent.mkdir(parents=True, exist_ok=True)
+            Path(cmd[cmd.index("--out") + 1]).write_text("{}")
         return 0
 
     monkeypatch.setattr(mt.subprocess, "call", fake_call)
@@ -192,6 +197,12 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     assert float(guard_cmd[guard_cmd.index("--budget-s") + 1]) <= 240
     again = json.loads((out / "c" / "model_table_hf_llama3_8b_h200.json").read_text())
     assert again["finished"] and len(again["runs"]) == 3 and list(again["phases"]) == list(mt.PHASES)
+    crash.append(1)  # a result script that dies without its file: the phase stays undone
+    with pytest.raises(SystemExit, match="phase hf: exited 1 without hf_llama_h200.json"):
+        mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "e"), "--commit", "abc",
+                 "--budget-s", "600", "--redo", "hf"])
+    assert not mt.State(tmp_path / "c").done("hf")
+    crash.clear()
     calls.clear()  # --redo: done phases run again (the measurement fixed), the sweep is kept
     assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "d"), "--commit", "abc",
                     "--budget-s", "600", "--redo", "guard,hf"]) == 0

@@ -125,11 +125,13 @@ def _cpp_entry(e: DispatchEntry, index: int, nearest_ok: bool) -> str:
     args = _template_args(e, index)
     rules = ", ".join(cpp_int(e.config.get(f, RULE_DEFAULTS.get(f, 0)), f"entries[{index}].{f}")
                       for f in RULE_FIELDS)
+    hint = FAMILIES[e.family].cost_hint(e.config)
+    tile = ", ".join(cpp_int(v, f"entries[{index}] tile") for v in (hint.tile_m, hint.tile_n, hint.split_k))
     ratio = e.ratio
     dims = ", ".join(cpp_int(v, f"entries[{index}].{n}", 63) for n, v in zip("MNK", (e.M, e.N, e.K)))
     return (f"    {{{dims}, DType::{e.dtype}, Family::{e.family}, "
             f"{cpp_string(FAMILIES[e.family].name_expression(e.config, e.dtype))}, {len(args)}, "
-            f"{{{', '.join(args)}}}, {rules}, {str(nearest_ok).lower()}, "
+            f"{{{', '.join(args)}}}, {rules}, {tile}, {str(nearest_ok).lower()}, "
             f"{str(e.is_cublas).lower()}, {cpp_double(e.tflops, 'tflops')}, "
             f"{cpp_double(e.cublas_tflops, 'cublas_tflops')}, {cpp_double(ratio, 'ratio')}, "
             f"{cpp_int(e.trial_id, f'entries[{index}].trial_id', 64)}LL, "
@@ -200,8 +202,9 @@ def render_cpp(table: DispatchTable) -> str:
 //     x_entry)^2)) over M, N, K (ties: smaller M, then N, then K) valid for the shape.
 //  4. evidence: for rules 2 and 3, the measured shapes (kEvidence) served by the same entry with
 //     the same N, K: the shape's own measurement, else those next to it in M below and above;
-//     any ratio below kEvidenceMinRatio -> nullptr; evidence on one side of M only (unproven:
-//     the Python runtime's first-call guard may time it) -> nullptr.
+//     any ratio below kEvidenceMinRatio -> nullptr; evidence on one side of M only, or an M
+//     where the entry's tiles and last wave of SMs are fuller at both measured Ms than here
+//     (tile_fill; unproven: the Python runtime's first-call guard may time it) -> nullptr.
 // Shapes that are not tunable problems (M < 1, N or K not a positive multiple of 8) get nullptr.
 // TUNEFW_DISPATCH_FOR_EACH(X) expands X(index, family, kernel, template arguments...) per entry,
 // so an engine can instantiate every winner, e.g. kernel<template arguments...>.
@@ -225,6 +228,7 @@ struct Entry {{
   int num_args;
   int args[{max_args}];  // its template arguments, in the kernel's order
   int bm, bn, bk, split_k, cluster_m, cluster_n, persistent;  // what the validity rules read
+  int tile_m, tile_n, tile_split;  // C's tile over (M, N) and its K split: rule 4's tile fill
   bool nearest_ok;  // the config passed check() on its own shape: it may serve (any shape)
   bool cublas_route;  // exported as a cuBLAS route: its winner measured below cuBLAS
   double tflops, cublas_tflops, ratio;  // measured; -1.0: no cuBLAS figure
@@ -262,7 +266,17 @@ inline constexpr int64_t kMaxWorkspaceBytes = {MAX_WORKSPACE_BYTES}LL;
 inline constexpr int64_t kSmemPerBlockOptin = {cpp_int(device.smem_per_block_optin, "smem_per_block_optin")};
 inline constexpr int64_t kSmemPerSm = {cpp_int(device.smem_per_sm, "smem_per_sm")};
 inline constexpr int64_t kSmemReservedPerBlock = {SM_RESERVED_SMEM};
+inline constexpr int64_t kSmCount = {cpp_int(device.sm_count, "sm_count")};
 inline int64_t cdiv(int64_t a, int64_t b) {{ return (a + b - 1) / b; }}
+
+// The useful share of e's launched work at (M, N): C over its padded tiles, times the fill of
+// its last wave of SMs (tunefw/runtime/rules.py tile_fill, the same arithmetic).
+inline double tile_fill(const Entry& e, int64_t M, int64_t N) {{
+  const int64_t rows = cdiv(M, e.tile_m), cols = cdiv(N, e.tile_n);
+  const int64_t items = rows * cols * e.tile_split, waves = cdiv(items, kSmCount);
+  return double(M * N) / double(rows * e.tile_m * cols * e.tile_n) * double(items) /
+         double(waves * kSmCount);
+}}
 
 {fits}
 
@@ -341,6 +355,12 @@ inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype) {{
   if ((below >= 0) != (above >= 0)) return -1;  // evidence on one side only: unproven
   if (below >= 0 && kEvidence[below].ratio < kEvidenceMinRatio) return -1;
   if (above >= 0 && kEvidence[above].ratio < kEvidenceMinRatio) return -1;
+  if (below >= 0) {{  // bracketed: unproven where the tiles are emptier than at both sides
+    const double fill = detail::tile_fill(kEntries[i], M, N);
+    const double lo = detail::tile_fill(kEntries[i], kEvidence[below].M, N);
+    const double hi = detail::tile_fill(kEntries[i], kEvidence[above].M, N);
+    if (fill < (lo < hi ? lo : hi) - 1e-9) return -1;
+  }}
   return i;
 }}
 

@@ -19,7 +19,11 @@ For a problem (M, N, K, dtype, layout) on the table's device:
    Evidence on one side of the asked M only brackets nothing (the speed of a kernel changes
    with M in steps, e.g. when its tile count crosses a wave): the route is 'unproven', served
    by cuBLAS with the entry kept as ``donor``, which the first-call guard may time
-   (tunefw/runtime/guard.py). A series with no evidence keeps the bucket / nearest route.
+   (tunefw/runtime/guard.py). So is an M between two measured ones where the kernel fills its
+   tiles and its last wave of SMs worse than at both (``tile_fill``; the H200 served
+   3000x14336x4096 at 0.937x by a tile that measured 1.011x at M=2047 and 1.004x at 4096,
+   where 11 waves of 132 SMs are 92.5% full against 97%). A series with no evidence keeps the
+   bucket / nearest route.
 5. Nothing found: cuBLAS.
 """
 from __future__ import annotations
@@ -110,6 +114,16 @@ def evidence_for(table: DispatchTable, donor: DispatchEntry,
     return picked
 
 
+def tile_fill(e: DispatchEntry, m: int, n: int, sm_count: int) -> float:
+    """The useful share of the work ``e``'s kernel launches at M=m, N=n: C's elements over its
+    padded tiles, times how full its last wave of ``sm_count`` SMs is (split-K counted)."""
+    hint = FAMILIES[e.family].cost_hint(e.config)
+    rows, cols = -(-m // hint.tile_m), -(-n // hint.tile_n)
+    items = rows * cols * hint.split_k
+    waves = -(-items // sm_count)
+    return (m * n) / (rows * hint.tile_m * cols * hint.tile_n) * items / (waves * sm_count)
+
+
 def _measured(points: list[Evidence]) -> str:
     return ", ".join(f"{v.ratio:.3f}x at M={v.M}" for v in points)
 
@@ -140,6 +154,15 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> Ro
     if worst.ratio < table.evidence_min_ratio:
         return Route("cublas", None, f"calibration measured {_measured(points)} for the {rule} "
                                      f"{what} (< {table.evidence_min_ratio:g})", rule, e, worst.ratio)
+    if len(points) == 2:
+        fill = tile_fill(e, problem.M, problem.N, device.sm_count)
+        measured = min(tile_fill(e, v.M, v.N, device.sm_count) for v in points)
+        if fill < measured - 1e-9:
+            return Route("unproven", None, f"calibration measured {_measured(points)} for the "
+                                           f"{rule} {what}, but its tiles are {fill:.1%} full at "
+                                           f"M={problem.M} against {measured:.1%} there: "
+                                           "unproven, cuBLAS unless the guard measures it",
+                         rule, e, worst.ratio)
     return Route("calibrated", e, f"{rule} {what}, {how} ({tag}); calibration measured "
                                   f"{_measured(points)}", rule, e, worst.ratio)
 

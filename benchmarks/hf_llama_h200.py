@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 import tunefw  # noqa: E402
 from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
-                            host_us, interleaved, rel_error, twin)
+                            host_us, interleaved, rel_error, rounded_twin, twin)
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
@@ -131,19 +131,24 @@ def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inp
     return out
 
 
-def run_case(name: str, make, stock, patched, dispatcher, rounds: tuple[int, int], calls: int,
-             cuda: bool) -> dict:
+def run_case(name: str, make, stock, patched, rounded, dispatcher, rounds: tuple[int, int],
+             calls: int, cuda: bool) -> dict:
     """One case: warm-up, routes, eager timing and error, then the same as CUDA graphs
-    (``rounds``: eager's, graphs')."""
+    (``rounds``: eager's, graphs'). The logits are also compared with the ``rounded`` twin's
+    (every GEMM exact to bf16 rounding): how far stock's cuBLAS and the patch each move them."""
     s_step, p_step = make(stock), make(patched)
     for _ in range(3):  # the patched model's first calls build its kernels and run the guard
         s_step(), p_step()
     if cuda:
         torch.cuda.synchronize()
     result: dict = {"case": name, "routes": routes(p_step, patched, dispatcher)}
-    ref = s_step().clone()
+    ref, exact = s_step().clone(), make(rounded)().clone()
+    out = p_step().clone()
     result["eager"] = {**interleaved(s_step, p_step, rounds[0], calls, cuda),
-                       "logits": rel_error(p_step(), ref)}
+                       "logits": rel_error(out, ref),
+                       "logits_vs_rounded": {"stock": rel_error(ref, exact),
+                                             "patched": rel_error(out, exact)}}
+    del exact
     if not cuda:
         result["graph"] = {"skipped": "no CUDA: nothing to capture"}
         return result
@@ -252,7 +257,8 @@ def main() -> int:
     out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
 
     stock = build_model(sizes, layers, dev)
-    patched = twin(stock)
+    patched, rounded = twin(stock), rounded_twin(stock)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the rounded twin's float32 GEMMs: no TF32
     dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
     patch = tunefw.patch(patched, dispatcher)
     env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
@@ -280,7 +286,7 @@ def main() -> int:
                 gen = torch.Generator().manual_seed(size)
                 return Decode(m, stock, size, past, gen) if kind == "decode" else Prefill(m, size, gen)
             calls = SMOKE["calls"] if args.cpu_smoke else calls_per_round(kind, size, layers)
-            report["cases"].append(run_case(label, make, stock, patched, dispatcher,
+            report["cases"].append(run_case(label, make, stock, patched, rounded, dispatcher,
                                                  (eager_rounds, rounds), calls, cuda))
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)

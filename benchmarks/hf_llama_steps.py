@@ -45,6 +45,30 @@ def twin(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model)
 
 
+class RoundedLinear(torch.nn.Module):
+    """A linear layer computed in float32 from the same bf16 operands and rounded once to bf16:
+    a GEMM as exact as bf16 output allows, to tell how far any other correct GEMM (cuBLAS's
+    or tunefw's) moves a deep model's logits."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = None if self.bias is None else self.bias.float()
+        return torch.nn.functional.linear(x.float(), self.weight.float(), b).to(x.dtype)
+
+
+def rounded_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the model (same weights) whose every nn.Linear is a RoundedLinear."""
+    copy_ = copy.deepcopy(model)
+    for name, module in list(copy_.named_modules()):
+        for child, sub in list(module.named_children()):
+            if type(sub) is torch.nn.Linear:
+                setattr(module, child, RoundedLinear(sub))
+    return copy_
+
+
 def _mask(q_pos: torch.Tensor, kv_len: int, batch: int) -> torch.Tensor:
     """(batch, 1, q, kv_len) bool: query at position p sees keys 0..p (True: attend)."""
     keys = torch.arange(kv_len, device=q_pos.device)

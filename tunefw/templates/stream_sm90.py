@@ -33,6 +33,9 @@ SEED_SHAPES = (
     {"BN": 32, "BK": 256, "STAGES": 8, "WARPS": 8, "CK": 1},
     {"BN": 16, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 2},
     {"BN": 64, "BK": 128, "STAGES": 8, "WARPS": 2, "CK": 1},
+    # N = 6144 in 128 CTAs, one per SM (BN = 32 makes 192: 1.45 waves); decode5_h200.json's
+    # 32x6144x4096 winner (BN 48, 3 stages)
+    {"BN": 48, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 1},
 )
 
 

@@ -1,7 +1,9 @@
 """How often tunefw.Linear's launch path misses its argument cache inside a model, and what a miss
 costs: a Hugging Face Llama (random weights, --layers deep) patched from the committed model table,
-stock and patched steps alternating as in benchmarks/hf_llama_h200.py; every Plan.args call (a
-miss: the CUtensorMaps encoded again) is counted and timed.
+stock and patched steps alternating as in benchmarks/hf_llama_h200.py; every kernel launch
+(Plan.__call__, host time) and every Plan.args call in it (a miss: the CUtensorMaps encoded
+again) is counted and timed. Eager prefill 512 ran 0.934x stock with 64 wgmma_sm90 calls a step
+(hf_llama_h200.json): 34 us of host time each, if they are the cause.
 
     source benchmarks/device_setup.sh && python3 benchmarks/plan_cache_h200.py --commit SHA
 
@@ -39,12 +41,15 @@ def main() -> int:
         f.extractall(work)
     table = next(work.rglob("dispatch.json"))
     cubins = next(p for p in work.rglob("cubins") if p.is_dir())
-    stats = {"calls": 0, "misses": 0, "miss_s": 0.0}
+    stats = {"calls": 0, "call_s": 0.0, "misses": 0, "miss_s": 0.0}
     call, miss = plan_module.Plan.__call__, plan_module.Plan.args
 
     def counted_call(self, *a, **k):
+        t0 = time.perf_counter()
+        out = call(self, *a, **k)
         stats["calls"] += 1
-        return call(self, *a, **k)
+        stats["call_s"] += time.perf_counter() - t0
+        return out
 
     def timed_miss(self, *a):
         t0 = time.perf_counter()
@@ -66,11 +71,12 @@ def main() -> int:
             for _ in range(3):
                 s_step(), p_step()
             torch.cuda.synchronize()
-            stats.update(calls=0, misses=0, miss_s=0.0)
+            stats.update(calls=0, call_s=0.0, misses=0, miss_s=0.0)
             for _ in range(args.steps):
                 s_step(), p_step()
             torch.cuda.synchronize()
             row = {"case": label, "steps": args.steps, **stats,
+                   "call_us_each": 1e6 * stats["call_s"] / max(1, stats["calls"]),
                    "miss_us_each": 1e6 * stats["miss_s"] / max(1, stats["misses"])}
             rows.append(row)
             print(json.dumps(row), flush=True)

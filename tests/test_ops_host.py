@@ -168,3 +168,48 @@ def test_linear_compiled_with_dynamic_shapes_traces_once_for_every_m(recording):
     assert len(graphs) == 1  # the fake kernel gave a symbolic M: no recompile per M
     assert recording.calls == [((2 * m, 16), (8, 16), "cpu") for m in (3, 5, 9)]
     torch._dynamo.reset()
+
+
+class Settled(Recording):
+    """A dispatcher whose plans are cached after the first call: known_plan then answers None
+    (cuBLAS) without resolving again; it counts how often it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cublas, self.asked, self.cached = True, 0, set()
+
+    def plan_for(self, a, b):
+        self.cached.add(tuple(a.shape))
+        return super().plan_for(a, b)
+
+    def known_plan(self, x, b):
+        self.asked += 1
+        return None if (x.numel() // b.shape[1], b.shape[1]) in self.cached else False
+
+
+def test_a_settled_cublas_shape_is_f_linear_after_one_lookup_in_any_mode(recording, monkeypatch):
+    settled = Settled()
+    ops._state["dispatcher"] = settled
+    linear_calls = []
+    monkeypatch.setattr(ops, "_linear", lambda x, w, b: linear_calls.append(x.shape) or
+                        torch.empty(*x.shape[:-1], w.shape[0], device=x.device))
+    mine = tunefw.Linear(16, 8, device="meta")
+    x = torch.empty(2, 3, 16, device="meta")
+    with torch.no_grad():
+        for _ in range(4):
+            mine(x)
+    # resolved once, found settled once (remembered then), the last two straight to F.linear
+    assert (settled.resolved, settled.asked, len(linear_calls)) == ([(6, 16)], 2, 4)
+    assert mine._cublas[1] == {(torch.Size([2, 3, 16]), torch.float32)}
+    y = mine(x)  # with grad to record: still cuBLAS's F.linear, which autograd knows
+    assert settled.asked == 2 and len(linear_calls) == 5 and y.shape == (2, 3, 8)
+    with torch.no_grad():
+        mine(torch.empty(2, 3, 16, device="meta", dtype=torch.float16))  # another dtype: asked
+        assert settled.asked == 3
+        other = Settled()
+        ops._state["dispatcher"] = other  # another table: its own routes, asked again
+        mine(x)
+        assert other.resolved == [(6, 16)]
+    import copy
+    import pickle
+    assert copy.deepcopy(mine)._cublas is None and pickle.loads(pickle.dumps(mine))._cublas is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -110,12 +111,24 @@ class Linear(torch.nn.Linear):
     dispatcher's plan (cached per shape, dtype and device; the kernel reads a 3-D input's rows
     and writes C in its shape, no reshape either side), and a shape it routes to cuBLAS to
     ``F.linear`` again, bias fused (hf_llama_before_route_fix_h200.json measured the
-    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode). Under
-    torch.compile, a dispatch mode, or with grad to record on a GPU, the op is called.
+    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode). Such a
+    shape is remembered per layer and dispatcher, so its next calls are ``F.linear`` after one
+    set lookup, in any mode but tracing (cuBLAS is what the op would run too): the H200 measured
+    the checks before it at 1.7-3.7 us a call over ``nn.Linear`` (hf_llama_h200.json, host cost).
+    Under torch.compile, a dispatch mode, or with grad to record on a GPU, the op is called.
     """
 
+    _cublas: tuple | None = None  # (weakref to the dispatcher, {(x.shape, x.dtype)} it sends to cuBLAS)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w, bias = self.weight, self.bias
+        params = self._parameters  # as nn.Linear registers them: no Module.__getattr__ per call
+        w, bias = ((params["weight"], params["bias"]) if "weight" in params and "bias" in params
+                   else (self.weight, self.bias))
+        if not _is_compiling():
+            known = self._cublas
+            if known is not None and known[0]() is _state["dispatcher"] \
+                    and (x.shape, x.dtype) in known[1]:
+                return _linear(x, w, bias)
         if _eager(x, w):
             dispatcher = _state["dispatcher"] if _state["env_read"] else get_dispatcher()
             if dispatcher is None or x.is_cpu:  # what the dispatcher would do, bias fused
@@ -124,6 +137,8 @@ class Linear(torch.nn.Linear):
                 plan = dispatcher.known_plan(x, w)  # by x's rows: no reshape to ask
                 if plan is False:  # the shape's first call: the route is resolved on 2-D rows
                     plan = dispatcher.plan_for(x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), w)
+                elif plan is None:  # an eager route settled on cuBLAS (not one made in capture)
+                    self._remember_cublas(dispatcher, x)
                 # the kernel reads x's rows and writes C in x's leading shape: no reshapes
                 y = None if plan is None else plan(x, w) if x.dim() == 2 else plan(x, w, x.shape[:-1])
                 if y is None:  # a cuBLAS route: nn.Linear's own call, bias fused by cuBLAS
@@ -134,6 +149,18 @@ class Linear(torch.nn.Linear):
         y = _GEMM(x.reshape(-1, x.shape[-1]), w)
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y + bias if bias is not None else y
+
+    def _remember_cublas(self, dispatcher: Dispatcher, x: torch.Tensor) -> None:
+        known = self._cublas
+        if known is None or known[0]() is not dispatcher:
+            known = self._cublas = (weakref.ref(dispatcher), set())
+        known[1].add((x.shape, x.dtype))
+
+    def __getstate__(self) -> dict:
+        """Pickled and deep-copied without the cuBLAS memo (it names this process's dispatcher)."""
+        state = super().__getstate__()
+        state.pop("_cublas", None)
+        return state
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear) -> "Linear":

@@ -241,6 +241,26 @@ def test_kernel_args_without_a_gpu(monkeypatch):
     assert [x[1] for x in calls] == ["fp16"] * 3
 
 
+def test_a_tensor_map_is_encoded_once_per_spec_and_address(monkeypatch):
+    from tunefw.templates import wgmma_sm90
+
+    raw = []
+    monkeypatch.setattr(wgmma_sm90, "_MAPS", {})
+    monkeypatch.setattr(wgmma_sm90, "MAPS_KEPT", 3)
+    monkeypatch.setattr(wgmma_sm90, "encode_tensor_map_raw",
+                        lambda spec, dtype, address: raw.append(address) or object())
+    specs = T.tensor_map_specs(T.default_config(), GemmProblem(256, 512, 1024))
+    first = WgmmaSm90.encode_tensor_map(specs["a"], "bf16", 4096)
+    assert WgmmaSm90.encode_tensor_map(specs["a"], "bf16", 4096) is first and raw == [4096]
+    assert WgmmaSm90.encode_tensor_map(specs["a"], "fp16", 4096) is not first  # another dtype
+    assert WgmmaSm90.encode_tensor_map(specs["b"], "bf16", 4096) is not first  # another layout
+    assert raw == [4096] * 3
+    WgmmaSm90.encode_tensor_map(specs["a"], "bf16", 8192)  # a fourth map: the memo starts over
+    assert len(wgmma_sm90._MAPS) == 1 and raw == [4096] * 3 + [8192]
+    WgmmaSm90.encode_tensor_map(specs["a"], "bf16", 4096)
+    assert raw[-1] == 4096 and len(raw) == 5
+
+
 def test_the_module_works_without_cuda_bindings():
     """Importing the family, checking and describing configs never import cuda.bindings (only
     encoding a tensor map does): run where cuda.bindings cannot be imported at all."""

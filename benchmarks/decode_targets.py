@@ -45,6 +45,21 @@ def verdict(target: float, ratio: float | None, ceiling: float, need: float) -> 
     return "at roofline" if need >= NEAR else "open"
 
 
+METHOD3 = ("decode4_h200.json", "decode5_h200.json", "decode6_h200.json")  # timing anchored-3
+
+
+def _us(r: dict, tflops: float) -> float:
+    return 2.0 * r["M"] * r["N"] * r["K"] / (tflops * 1e6)
+
+
+def floor_us(m: int, n: int, k: int, rows: list[dict]) -> float | None:
+    """The fastest any kernel (a winner or cuBLAS) ran this layer at M' <= m under the current
+    timing method: a kernel for M rows moves at least the bytes of M' rows."""
+    times = [_us(r, t) for r in rows if r["round"] in METHOD3 and (r["N"], r["K"]) == (n, k)
+             and r["M"] <= m for t in (r["tflops"], r["cublas_tflops"])]
+    return min(times, default=None)
+
+
 def shape_row(m: int, n: int, k: int, target: float, band: str, rows: list[dict]) -> dict:
     """One acceptance shape over every round that measured it."""
     mine = [r for r in rows if (r["M"], r["N"], r["K"]) == (m, n, k) and r.get("cublas_tbs")]
@@ -65,6 +80,8 @@ def shape_row(m: int, n: int, k: int, target: float, band: str, rows: list[dict]
             "current_ratio": round(cur["ratio"], 4), "current_family": cur["family"],
             "current_trial": cur["trial_id"], "current_round": cur["round"],
             "current_tbs": round(cur["tbs"], 3),
+            "target_us": round(_us(cur, cur["cublas_tflops"]) / target, 2),
+            "floor_us": round(floor_us(m, n, k, rows) or 0.0, 2),
             "verdict": verdict(target, cur["ratio"], ceiling, need)}
 
 
@@ -87,15 +104,20 @@ def main() -> int:
               "note": "roofline_over_cublas = measured streaming read / cuBLAS's bandwidth on the shape "
                       "in the same run, the lowest over the rounds: a kernel that moved A, B and C "
                       "once at the read speed, with no launch, fill or tail, reaches that ratio",
+              "floor_note": "floor_us: the fastest any kernel (winner or cuBLAS) ran the layer at "
+                            "M' <= M in a round timed like today (anchored-3); target_us: "
+                            "cuBLAS's time over the target",
               "verdicts": counts,
               "m16_current_geomean": math.exp(sum(map(math.log, small)) / len(small)) if small else None,
               "shapes": shapes}
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"{'shape':>16} {'band':>10} {'target':>6} {'current':>6} {'roofline':>8} {'needs':>6}  verdict")
+    print(f"{'shape':>16} {'band':>10} {'target':>6} {'now':>6} {'roofline':>8} {'needs':>6} "
+          f"{'goal us':>7} {'floor':>6}  verdict")
     for s in shapes:
         if "current_ratio" in s:
             print(f"{s['shape']:>16} {s['band']:>10} {s['target']:6.2f} {s['current_ratio']:6.3f} "
-                  f"{s['roofline_over_cublas']:8.3f} {s['target_needs_share_of_read']:6.1%}  {s['verdict']}")
+                  f"{s['roofline_over_cublas']:8.3f} {s['target_needs_share_of_read']:6.1%} "
+                  f"{s['target_us']:7.2f} {s['floor_us']:6.2f}  {s['verdict']}")
     print(json.dumps(counts), f"M<=16 current geomean {report['m16_current_geomean']:.3f}")
     return 0
 

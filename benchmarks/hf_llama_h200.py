@@ -225,6 +225,45 @@ def print_table(report: dict) -> None:
                   f"{m['logits']['rel_err']:9.2e}  {_routes_text(case)}")
 
 
+# issue 19's bars: eager never slower; graphed decode 1.10x, prefill 1.02x; logits within 1e-2
+EAGER_MIN, GRAPH_DECODE_MIN, GRAPH_PREFILL_MIN, LOGITS_MAX = 1.00, 1.10, 1.02, 1e-2
+
+
+def summarize(report: dict) -> dict:
+    """Each acceptance point with its evidence: per case the median speedups, the logits' error
+    against stock and both models' against the twin whose GEMMs are exact to bf16 rounding, and
+    every shape whose tunefw.Linear host cost exceeds nn.Linear's."""
+    timed = [c for c in report["cases"] if "speedup" in c.get("eager", {})]
+    graphed = [c for c in timed if "speedup" in c.get("graph", {})]
+
+    def speedups(cases: list[dict], mode: str, kind: str | None = None) -> dict[str, float]:
+        return {c["case"]: c[mode]["speedup"]["median"] for c in cases
+                if kind is None or c["case"].startswith(kind)}
+
+    def bar(values: dict[str, float], floor: float) -> dict:
+        return {"ok": bool(values) and min(values.values()) >= floor, "min": floor,
+                "cases": values, "below": sorted(k for k, v in values.items() if v < floor)}
+
+    errors = {f"{c['case']} {mode}": c[mode]["logits"]["rel_err"] for c in timed
+              for mode in ("eager", "graph") if "logits" in c.get(mode, {})}
+    twin = {c["case"]: {who: c["eager"]["logits_vs_rounded"][who]["rel_err"]
+                        for who in ("stock", "patched")}
+            for c in timed if "logits_vs_rounded" in c["eager"]}
+    host = report.get("host_cost", {})
+    dearer = sorted(k for k, v in host.items()
+                    if v["tunefw.Linear"]["enqueue_us"] > v["nn.Linear"]["enqueue_us"])
+    points = {
+        "eager_never_slower": bar(speedups(timed, "eager"), EAGER_MIN),
+        "graph_decode": bar(speedups(graphed, "graph", "decode"), GRAPH_DECODE_MIN),
+        "graph_prefill": bar(speedups(graphed, "graph", "prefill"), GRAPH_PREFILL_MIN),
+        "logits": {"ok": bool(errors) and max(errors.values()) <= LOGITS_MAX, "max": LOGITS_MAX,
+                   "rel_err": errors, "vs_rounded_twin": twin},
+        "host_cost": {"ok": bool(host) and not dearer, "shapes": len(host), "dearer": dearer},
+    }
+    points["all"] = all(p["ok"] for p in points.values())
+    return points
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, required=True, help="dispatch table (dispatch.json)")
@@ -295,9 +334,12 @@ def main() -> int:
     if cuda:
         env["nvidia_smi_end"] = smi()
     env["wall_s"] = round(_elapsed(started), 1)
+    report["summary"] = summarize(report)
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     print_table(report)
+    print("acceptance:", ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED'}"
+                                   for k, v in report["summary"].items() if k != "all"))
     return 0
 
 

@@ -81,3 +81,46 @@ def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_
     assert [bench.calls_per_round("decode", 1, n) for n in (2, 8, 32)] == [20, 5, 1]
     assert [bench.calls_per_round("prefill", 512, n) for n in (2, 32)] == [8, 1]
     assert bench.host_inputs(False) == [(1, 1), (16, 1), (64, 1), (1, 512), (1, 2048)]
+
+
+def test_the_rounded_twin_is_each_linear_in_float32_rounded_once(model):
+    from hf_llama_steps import RoundedLinear, rounded_twin
+
+    bf16 = twin(model).to(torch.bfloat16)
+    exact = rounded_twin(bf16)
+    linears = [m for m in exact.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears == [] and sum(isinstance(m, RoundedLinear) for m in exact.modules()) == 15
+    x = torch.randn(3, TINY["hidden_size"], generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    q = exact.model.layers[0].self_attn.q_proj
+    y = q(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, torch.nn.functional.linear(x.float(), q.weight.float()).to(torch.bfloat16))
+    exact_y = x.double() @ q.weight.double().t()  # within a bf16 unit of the exact product
+    assert ((y.double() - exact_y).abs() <= exact_y.abs() * 2.0 ** -8 + 1e-30).all()
+
+
+def _case(name, eager, graph=None, err=1e-3):
+    case = {"case": name, "eager": {"speedup": {"median": eager}, "logits": {"rel_err": err},
+                                    "logits_vs_rounded": {"stock": {"rel_err": 0.02},
+                                                          "patched": {"rel_err": 0.03}}}}
+    if graph is not None:
+        case["graph"] = {"speedup": {"median": graph}, "logits": {"rel_err": err}}
+    return case
+
+
+def test_the_summary_judges_each_bar_and_names_what_misses_it():
+    report = {"cases": [_case("decode b=1", 1.05, 1.12), _case("decode b=16", 0.99, 1.09, 0.02),
+                        _case("prefill 512", 1.00, 1.03), {"case": "prefill 2048",
+                                                           "eager": {"skipped": "time budget"}}],
+              "host_cost": {"1x8x8": {"nn.Linear": {"enqueue_us": 20.0},
+                                      "tunefw.Linear": {"enqueue_us": 15.0}},
+                            "64x8x8": {"nn.Linear": {"enqueue_us": 20.0},
+                                       "tunefw.Linear": {"enqueue_us": 22.0}}}}
+    s = bench.summarize(report)
+    assert (s["eager_never_slower"]["ok"], s["eager_never_slower"]["below"]) == (False, ["decode b=16"])
+    assert (s["graph_decode"]["ok"], s["graph_decode"]["below"]) == (False, ["decode b=16"])
+    assert s["graph_prefill"]["ok"] and s["graph_prefill"]["cases"] == {"prefill 512": 1.03}
+    assert not s["logits"]["ok"] and s["logits"]["rel_err"]["decode b=16 graph"] == 0.02
+    assert s["logits"]["vs_rounded_twin"]["decode b=1"] == {"stock": 0.02, "patched": 0.03}
+    assert (s["host_cost"]["ok"], s["host_cost"]["dearer"]) == (False, ["64x8x8"])
+    assert s["all"] is False

@@ -213,3 +213,15 @@ def test_a_settled_cublas_shape_is_f_linear_after_one_lookup_in_any_mode(recordi
     import copy
     import pickle
     assert copy.deepcopy(mine)._cublas is None and pickle.loads(pickle.dumps(mine))._cublas is None
+
+
+def test_unpatch_drops_the_memo_so_the_plain_module_pickles():
+    import pickle
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8, dtype=torch.bfloat16))
+    assert tunefw.patch(model).swapped == ["0"]
+    layer, dispatcher = model[0], Settled()
+    layer._remember_cublas(dispatcher, torch.empty(4, 16))
+    assert layer._cublas[0]() is dispatcher
+    assert tunefw.unpatch(model) == ["0"] and "_cublas" not in model[0].__dict__
+    assert type(pickle.loads(pickle.dumps(model))[0]) is torch.nn.Linear

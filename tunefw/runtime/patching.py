@@ -106,6 +106,7 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     for name, module in model.named_modules():
         if type(module) is Linear:
             module.__class__ = torch.nn.Linear
+            module.__dict__.pop("_cublas", None)  # tunefw.Linear's memo: a plain module pickles
             restored.append(name)
     return restored
 

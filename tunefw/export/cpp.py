@@ -126,7 +126,8 @@ def _cpp_entry(e: DispatchEntry, index: int, nearest_ok: bool) -> str:
     rules = ", ".join(cpp_int(e.config.get(f, RULE_DEFAULTS.get(f, 0)), f"entries[{index}].{f}")
                       for f in RULE_FIELDS)
     hint = FAMILIES[e.family].cost_hint(e.config)
-    tile = ", ".join(cpp_int(v, f"entries[{index}] tile") for v in (hint.tile_m, hint.tile_n, hint.split_k))
+    tile = ", ".join(cpp_int(v, f"entries[{index}] tile")
+                     for v in (hint.tile_m, hint.tile_n, hint.split_k))
     ratio = e.ratio
     dims = ", ".join(cpp_int(v, f"entries[{index}].{n}", 63) for n, v in zip("MNK", (e.M, e.N, e.K)))
     return (f"    {{{dims}, DType::{e.dtype}, Family::{e.family}, "

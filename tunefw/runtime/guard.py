@@ -157,9 +157,9 @@ def more_pairs(first_pair_ms: float, budget_ms: float, most: int = MAX_PAIRS) ->
 def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
     """Interleaved CUDA-event timing (L2 flushed before each launch) in about ``budget_ms``,
     flushes and ``HOST_MS`` of host work included: one timed pair, then more_pairs() pairs (a
-    pair longer than the budget costs that one pair). Each side's estimate is the minimum over its 1-10 samples: with
-    so few, a median still holds a freshly loaded kernel's first launch or a launch disturbed by
-    other work, and the minimum discards both, on both sides alike. The flush buffer is
+    pair longer than the budget costs that one pair). Each side's estimate is the minimum over
+    its 1-10 samples: with so few, a median still holds a freshly loaded kernel's first launch
+    or a launch disturbed by other work, and the minimum discards both, on both sides alike. The flush buffer is
     allocated, and the flush timed, once, when the timer is made."""
     import torch
 

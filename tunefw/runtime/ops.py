@@ -118,7 +118,7 @@ class Linear(torch.nn.Linear):
     Under torch.compile, a dispatch mode, or with grad to record on a GPU, the op is called.
     """
 
-    _cublas: tuple | None = None  # (weakref to the dispatcher, {(x.shape, x.dtype)} it sends to cuBLAS)
+    _cublas: tuple | None = None  # (weakref to a dispatcher, {(x.shape, x.dtype)} it sent to cuBLAS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = self._parameters  # as nn.Linear registers them: no Module.__getattr__ per call

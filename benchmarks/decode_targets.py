@@ -35,10 +35,10 @@ def targets() -> list[tuple[int, int, int, float, str]]:
 NEAR = 0.95  # a target that needs this share of the streaming read or more: at the roofline
 
 
-def verdict(target: float, ratio: float | None, ceiling: float, need: float) -> str:
+def verdict(target: float, ratio: float, ceiling: float, need: float) -> str:
     """met; beyond roofline (no kernel reaches it); at roofline (it needs >= 95% of the read of
     a 4 GB stream on a read a few hundred MB at most, with launch, fill and tail); open."""
-    if ratio is not None and ratio >= target:
+    if ratio >= target:
         return "met"
     if ceiling < target:
         return "beyond roofline"

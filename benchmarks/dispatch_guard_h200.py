@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,10 +125,7 @@ def path_counts(rows: list[dict]) -> dict[str, int]:
     """Rows per serving path. A row holds its route after the shape's first call, so an unproven
     route the guard measured counts as 'guarded' (kept) or 'cublas'; 'unproven' is one served
     by cuBLAS unmeasured (guard off, or its kernel could not be timed)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[str(r.get("path"))] = counts.get(str(r.get("path")), 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(str(r.get("path")) for r in rows).items()))
 
 
 def summarize(result: dict) -> dict:

@@ -62,7 +62,8 @@ def between_ms(tuned: Iterable[int]) -> list[int]:
     """For each pair of neighbouring tuned M values a < b: a + 1, their geometric middle and
     b - 1 (the Ms whose calibration brackets every M in between)."""
     ms = sorted(set(tuned))
-    return [m for a, b in zip(ms, ms[1:]) for m in sorted({a + 1, round((a * b) ** 0.5), b - 1} - {a, b})]
+    return [m for a, b in zip(ms, ms[1:])
+            for m in sorted({a + 1, round((a * b) ** 0.5), b - 1} - {a, b})]
 
 
 def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
@@ -73,7 +74,8 @@ def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
         if not any(e.label == label or e.label.startswith(label + ".") for e in entries):
             continue
         e0 = entries[0]
-        shapes += [GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout) for m in between_ms(e.M for e in entries)]
+        shapes += [GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout)
+                   for m in between_ms(e.M for e in entries)]
     if not shapes:
         raise UserError(f"--model {label!r}: no layer of the table has that label "
                         "(or each has one tuned M)")

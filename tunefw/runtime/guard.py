@@ -159,8 +159,8 @@ def cuda_timer(l2_bytes: int, budget_ms: float = 3.0) -> Timer:
     flushes and ``HOST_MS`` of host work included: one timed pair, then more_pairs() pairs (a
     pair longer than the budget costs that one pair). Each side's estimate is the minimum over
     its 1-10 samples: with so few, a median still holds a freshly loaded kernel's first launch
-    or a launch disturbed by other work, and the minimum discards both, on both sides alike. The flush buffer is
-    allocated, and the flush timed, once, when the timer is made."""
+    or a launch disturbed by other work, and the minimum discards both, on both sides alike.
+    The flush buffer is allocated, and the flush timed, once, when the timer is made."""
     import torch
 
     from tunefw.evaluate import method

@@ -17,7 +17,6 @@ import threading
 import pytest
 from rich.console import Console
 
-import tunefw.cli.startup
 import tunefw.tune.interrupt
 import tunefw.tune.search
 import tunefw.tune.sweep
@@ -25,7 +24,7 @@ from conftest import db_dump, db_rows, invoke_cli
 from fakepool import FakePool
 from tunefw.cli.progress import LaunchProgress
 from tunefw.cli.render import startup_figures
-from tunefw.cli.startup import space_lines, startup_lines
+from tunefw.cli.startup import startup_lines
 from tunefw.device import H200
 from tunefw.problem import GemmProblem
 from tunefw.study.spec import parse_study
@@ -38,15 +37,18 @@ SHAPES = ("4096x4096x4096", "16x28672x4096")
 @pytest.fixture
 def fake_ray(monkeypatch):
     """Launches get a FakePool of --gpus workers. Asked for the pool, it waits (up to 30 s) for
-    the summary's space estimate, which the launch counts in a thread of its own while the
-    workers start; what stdout held then is kept, with whether the estimate was done."""
+    the summary's space estimate, which the launch counts and prints in a thread of its own
+    while the workers start; what stdout held then is kept, with whether the estimate was
+    printed (the event is set once the "starting" hook has printed it, not when it is counted:
+    the lines are printed after space_lines returns)."""
     seen: list[tuple[str, bool]] = []
     counted = threading.Event()
+    hook = LaunchProgress.hook
 
-    def spaces(*args):
-        lines = space_lines(*args)
-        counted.set()
-        return lines
+    def printed(self, event, data):
+        hook(self, event, data)
+        if event == "starting":
+            counted.set()
 
     def pool(options, spec, replay):
         done = counted.wait(30)
@@ -56,7 +58,7 @@ def fake_ray(monkeypatch):
         return FakePool(workers=options.gpus)
 
     monkeypatch.setattr(tunefw.tune.sweep, "ray_pool", pool)
-    monkeypatch.setattr(tunefw.cli.startup, "space_lines", spaces)
+    monkeypatch.setattr(LaunchProgress, "hook", printed)
     monkeypatch.setattr(tunefw.tune.interrupt, "stop_on_sigterm", lambda: None)
     return seen
 

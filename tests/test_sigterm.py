@@ -76,3 +76,47 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_130(monkeypatch, capsys)
         entry.main()
     assert stopped.value.code == 130
     assert capsys.readouterr().err == "tunefw: interrupted before the command started; nothing was run\n"
+
+
+@pytest.fixture
+def stop_handlers(monkeypatch):
+    """The launch's SIGINT/SIGTERM handlers installed in this process, with a state of their
+    own; the handlers before are put back after."""
+    from tunefw.tune import interrupt
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(interrupt, "_state", {"terminated": False, "installed": False,
+                                              "deferring": 0, "pending": False})
+    interrupt.stop_on_sigterm()
+    yield interrupt
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_inside_a_write_lands_once_the_write_has_committed(stop_handlers, sig, tmp_path):
+    from tunefw.outcome import Outcome, Status
+    from tunefw.store import open_store
+    from tunefw.store import queries as q
+    from tunefw.store.models import Trial
+    from tunefw.study.spec import parse_study
+    from tunefw.tune.recorder import Recorder, Row
+
+    store = open_store(f"sqlite:///{tmp_path / 'stop.db'}")
+    with store.session() as s:
+        study = q.create_study(s, parse_study({"name": "x", "problems": ["128x128x128"]}, "t"))
+        study_id, problem_id = study.id, study.problems[0].id
+
+    def fence(s):  # the signal arrives between the transaction's first and last statement
+        os.kill(os.getpid(), sig)
+
+    recorder = Recorder(store, study_id, "sim", fence)
+    with pytest.raises(KeyboardInterrupt):
+        recorder.trial(Row(problem_id, "mma_sm80", {"BM": 64}, "k"),
+                       Outcome(Status.OK, tflops=1.0, cublas_tflops=2.0), None)
+    with store.session() as s:
+        assert s.query(Trial).count() == 1  # written whole, then stopped
+    assert stop_handlers.terminated() is (sig == signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):  # outside a write a stop lands at once
+        os.kill(os.getpid(), sig)
+        time.sleep(5)
+    store.close()

@@ -157,9 +157,13 @@ class Lease:
             except SQLAlchemyError:
                 continue  # the database was out of reach for a beat; the next one may land
 
-    def __enter__(self) -> "Lease":
+    def start(self) -> "Lease":
+        """Start beating."""
         self._thread.start()
         return self
+
+    def __enter__(self) -> "Lease":
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.release()

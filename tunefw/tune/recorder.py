@@ -13,6 +13,7 @@ from tunefw.store import Store
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Study, Trial
 from tunefw.templates import FAMILIES, get_family
+from tunefw.tune.interrupt import deferred
 
 
 @dataclass
@@ -39,8 +40,8 @@ class Recorder:
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
-        """A write transaction, fenced first."""
-        with self.store.session() as s:
+        """A write transaction, fenced first; a Ctrl-C or SIGTERM waits for its end."""
+        with deferred(), self.store.session() as s:
             self.fence(s)
             yield s
 

@@ -23,6 +23,7 @@ from tunefw.study.spec import StudySpec
 from tunefw.templates import FAMILIES, get_family
 from tunefw.tune.asker import Asker
 from tunefw.tune.confirm import Confirmer
+from tunefw.tune.interrupt import deferred
 from tunefw.tune.pipeline import Pipeline, ProblemState, ProgressHook
 from tunefw.tune.pool import WorkerPool
 from tunefw.tune.recorder import Recorder
@@ -142,8 +143,12 @@ class Sweep:
         self.lease = take(self.store.engine, self.study_id, self.name)
         if self.lease.took_over is not None:
             self.progress("lease", {"line": self.lease.takeover_line()})
-        with self.lease:
+        self.lease.start()
+        try:
             return self._run(started)
+        finally:
+            with deferred():  # a second Ctrl-C waits for the lease's row to go
+                self.lease.release()
 
     def _run(self, started: float) -> dict:
         try:

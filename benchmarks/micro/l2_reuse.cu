@@ -17,12 +17,11 @@
 //
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
 //     benchmarks/micro/l2_reuse.cu -o benchmarks/micro/build/l2_reuse
-#include <cuda.h>
-#include <cuda_runtime.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "micro_host.cuh"
 
 #include "tunefw/sm90.cuh"  // the mbarrier and TMA helpers of the kernel templates
 
@@ -30,14 +29,6 @@ using tunefw::sm90::u32;
 using tunefw::sm90::u64;
 using namespace tunefw::sm90;
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e = (x);                                                            \
-    if (e != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
 constexpr int BK = 64;  // one 128-byte swizzled box per row, as the GEMMs load a stage
 
@@ -91,11 +82,7 @@ __global__ void __launch_bounds__(64) reuse_stream(const __grid_constant__ CUten
   if (MC > 1) cluster_sync();  // no CTA leaves while its peer may still multicast into it
 }
 
-typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-static EncodeTiled encode = nullptr;  // from the driver at run time (no libcuda to link here)
+static EncodeTiled encode = nullptr;  // tensor_map_encoder(), once in main
 
 static CUtensorMap make_map(void* base, int rows, int K, int box_rows) {
   CUtensorMap m;
@@ -118,9 +105,7 @@ int main(int argc, char** argv) {
   CK(cudaFree(0));
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000,
-                                      cudaEnableDefault, &q));
+  encode = tensor_map_encoder();
   CK(cudaFuncSetAttribute(reuse_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448));
   u32* out;
   CK(cudaMalloc(&out, 1 << 20));

@@ -14,12 +14,11 @@
 //
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
 //     benchmarks/micro/stream_bw.cu -o benchmarks/micro/build/stream_bw
-#include <cuda.h>
-#include <cuda_runtime.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "micro_host.cuh"
 
 #include "rows_sm90.cuh"  // kernel_templates/: the mbarrier, TMA and bulk-copy helpers
 
@@ -28,14 +27,6 @@ using tunefw::sm90::u64;
 using namespace tunefw::sm90;
 using tunefw::rows::bulk_load;
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e = (x);                                                            \
-    if (e != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
 // STAGES full/empty barrier pairs after the ring, one arrival each (thread 0, then a block sync).
 __device__ __forceinline__ void init_ring(u32 full, u32 empty, int STAGES) {
@@ -130,11 +121,7 @@ __global__ void null_kernel(u32* out) {
   if (threadIdx.x == 1000) out[0] = 1;
 }
 
-typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-static EncodeTiled encode = nullptr;  // from the driver at run time (no libcuda to link here)
+static EncodeTiled encode = nullptr;  // tensor_map_encoder(), once in main
 
 static CUtensorMap make_map(void* base, int N, int K, int R, int E) {
   CUtensorMap m;
@@ -194,9 +181,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   sms = p.multiProcessorCount;
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000,
-                                      cudaEnableDefault, &q));
+  encode = tensor_map_encoder();
   CK(cudaFuncSetAttribute(tma_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448));
   CK(cudaFuncSetAttribute(bulk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448));
   u32* out;

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call, several steps in order, each under its own time limit, everything they write
+# packed into one file ($OUT/batch.tar.gz: the device hands back at most 8 files) beside the log
+# ($OUT/batch.log, whose table of steps comes last). Carry .whl (and benchmarks/micro/build for
+# l2reuse, built here first); set TUNEFW_COMMIT (the device tree has no .git):
+#
+#   export TUNEFW_COMMIT=SHA; bash benchmarks/device_batch.sh l2reuse plancache modeltable
+#
+# Steps (seconds allowed):
+#   l2reuse     (120) benchmarks/micro/l2_reuse.cu via stream_micro_h200.py --micro l2_reuse
+#   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
+#   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
+#   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
+# Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${TUNEFW_COMMIT:?set TUNEFW_COMMIT to the commit this tree is}"
+final_out=${OUT:?run on the device machine, where \$OUT is set}
+export OUT=$(mktemp -d /tmp/batch.XXXXXX)
+log=$final_out/batch.log
+source benchmarks/device_setup.sh >>"$log" 2>&1 || { echo "setup failed" | tee -a "$log"; exit 1; }
+
+step() {  # NAME SECONDS COMMAND...: run it, record its exit status and time
+  local name=$1 limit=$2 start=$SECONDS
+  shift 2
+  echo "=== $name (limit ${limit} s): $*" >>"$log"
+  timeout --kill-after=20 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-11s rc %-3s %4d s' "$name" "$rc" $((SECONDS - start)))")
+}
+
+summary=()
+for name in "$@"; do
+  case $name in
+    l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
+    plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
+    modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
+        --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
+    decode6) step decode6 480 python3 benchmarks/decode_h200.py \
+        --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
+        benchmarks/studies/decode6_h200.yaml
+      cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
+    *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
+  esac
+done
+tar -czf "$final_out/batch.tar.gz" -C "$OUT" .
+{ echo "=== steps"; printf '%s\n' "${summary[@]}"; echo "packed:"; tar -tzf "$final_out/batch.tar.gz"; } \
+  | tee -a "$log"

@@ -7,7 +7,10 @@ matters to the ratio: lm_head (1 GB, read by cuBLAS at the HBM roofline already)
 64 (one new token over a static KV cache of 512 past tokens) and prefill of 512 and 2048 tokens
 (batch 1, last-token logits). Each case runs eagerly and as a captured CUDA graph (the decode step
 is captured as serving captures it: static cache, static inputs), stock and patched timed in the
-same run, alternately, ``--rounds`` times. Also: the logits' relative error patched vs stock; the
+same run, alternately, ``--rounds`` times. Also: the logits' relative error patched vs stock (and
+both vs a twin whose GEMMs are exact to bf16 rounding), at this depth and on a model of the issue's
+2 layers (``--logits-layers``), where the 1e-2 bar is judged: 32 random layers amplify any GEMM's
+rounding to a few percent; the
 host cost per call of tunefw.Linear against nn.Linear on each of the model's shapes at each
 case's input (calls back to back, no sync between); which route (rule, family) served each GEMM of each case.
 
@@ -225,8 +228,44 @@ def print_table(report: dict) -> None:
                   f"{m['logits']['rel_err']:9.2e}  {_routes_text(case)}")
 
 
+def logits_at_depth(sizes: dict, layers: int, dev: torch.device, dispatcher, past: int,
+                    smoke: bool) -> dict:
+    """Each case's eager logits, patched vs stock and both vs the rounded twin, on a model of
+    ``layers`` decoder layers (the issue's 2): through 32 random layers any other correct GEMM
+    (the rounded twin's, tunefw's) moves them by a few percent, so the 1e-2 bar is judged here,
+    beside the deep figures."""
+    stock = build_model(sizes, layers, dev, seed=1)
+    patched, rounded = twin(stock), rounded_twin(stock)
+    tunefw.patch(patched, dispatcher)
+    errors, vs_twin = {}, {}
+    for label, kind, size in cases(smoke):
+        def make(m, kind=kind, size=size):
+            gen = torch.Generator().manual_seed(size)
+            return Decode(m, stock, size, past, gen) if kind == "decode" else Prefill(m, size, gen)
+        ref, out, exact = (make(m)().clone() for m in (stock, patched, rounded))
+        errors[label] = rel_error(out, ref)["rel_err"]
+        vs_twin[label] = {"stock": rel_error(ref, exact)["rel_err"],
+                          "patched": rel_error(out, exact)["rel_err"]}
+    del stock, patched, rounded
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"layers": layers, "rel_err": errors, "vs_rounded_twin": vs_twin}
+
+
 # issue 19's bars: eager never slower; graphed decode 1.10x, prefill 1.02x; logits within 1e-2
+# (judged at the issue's 2 layers where logits_at_depth ran; the deep run's errors beside them)
 EAGER_MIN, GRAPH_DECODE_MIN, GRAPH_PREFILL_MIN, LOGITS_MAX = 1.00, 1.10, 1.02, 1e-2
+
+
+def logits_point(report: dict, deep: dict[str, float], deep_twin: dict) -> dict:
+    """The logits bar, judged at the issue's depth where that check ran, else on the deep run."""
+    shallow = report.get("logits_at_depth")
+    judged = shallow["rel_err"] if shallow else deep
+    return {"ok": bool(judged) and max(judged.values()) <= LOGITS_MAX, "max": LOGITS_MAX,
+            "judged_at_layers": (shallow or report.get("model", {})).get(
+                "layers" if shallow else "num_hidden_layers"),
+            "rel_err": judged, "deep_rel_err": deep, "deep_vs_rounded_twin": deep_twin,
+            "vs_rounded_twin": shallow["vs_rounded_twin"] if shallow else deep_twin}
 
 
 def summarize(report: dict) -> dict:
@@ -256,8 +295,7 @@ def summarize(report: dict) -> dict:
         "eager_never_slower": bar(speedups(timed, "eager"), EAGER_MIN),
         "graph_decode": bar(speedups(graphed, "graph", "decode"), GRAPH_DECODE_MIN),
         "graph_prefill": bar(speedups(graphed, "graph", "prefill"), GRAPH_PREFILL_MIN),
-        "logits": {"ok": bool(errors) and max(errors.values()) <= LOGITS_MAX, "max": LOGITS_MAX,
-                   "rel_err": errors, "vs_rounded_twin": twin},
+        "logits": logits_point(report, errors, twin),
         "host_cost": {"ok": bool(host) and not dearer, "shapes": len(host), "dearer": dearer},
     }
     points["all"] = all(p["ok"] for p in points.values())
@@ -274,6 +312,8 @@ def main() -> int:
                     "within about 3%%)")
     ap.add_argument("--vocab", type=int, default=LLAMA3_8B["vocab_size"])
     ap.add_argument("--layers", type=int, default=LAYERS, help=f"decoder layers ({LAYERS}, Llama-3-8B's)")
+    ap.add_argument("--logits-layers", type=int, default=2,
+                    help="decoder layers of the model the logits bar is judged on (the issue's 2)")
     ap.add_argument("--budget-s", type=float, default=300.0,
                     help="start no new case after this many seconds (the rest are marked skipped)")
     ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD)")
@@ -329,6 +369,8 @@ def main() -> int:
                                                  (eager_rounds, rounds), calls, cuda))
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
+        report["logits_at_depth"] = logits_at_depth(sizes, args.logits_layers, dev, dispatcher,
+                                                    past, args.cpu_smoke)
         report["host_cost"] = host_costs(stock, patched, cuda, host_inputs(args.cpu_smoke),
                                          SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:

@@ -124,3 +124,13 @@ def test_the_summary_judges_each_bar_and_names_what_misses_it():
     assert s["logits"]["vs_rounded_twin"]["decode b=1"] == {"stock": 0.02, "patched": 0.03}
     assert (s["host_cost"]["ok"], s["host_cost"]["dearer"]) == (False, ["64x8x8"])
     assert s["all"] is False
+    # with the check at the depth the bar is judged there, the deep errors kept beside
+    report["logits_at_depth"] = {"layers": 2, "rel_err": {"decode b=1": 0.004, "decode b=16": 0.006},
+                                 "vs_rounded_twin": {"decode b=1": {"stock": 0.003, "patched": 0.004}}}
+    logits = bench.summarize(report)["logits"]
+    assert logits["ok"] and logits["judged_at_layers"] == 2
+    assert logits["rel_err"] == {"decode b=1": 0.004, "decode b=16": 0.006}
+    assert logits["deep_rel_err"]["decode b=16 graph"] == 0.02
+    assert logits["deep_vs_rounded_twin"]["decode b=1"] == {"stock": 0.02, "patched": 0.03}
+    report["logits_at_depth"]["rel_err"]["prefill 512"] = 0.011
+    assert not bench.summarize(report)["logits"]["ok"]

@@ -4,17 +4,19 @@ its retry linked to it, and a launch that ends midway resuming to the budget."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import optuna
 import pytest
 
 from conftest import invoke_cli
 from fakepool import FakeCompiler, FakePool, Killed
+from tunefw.evaluate.sim import SimEvaluator, model_time_ms
 from tunefw.outcome import NOT_COUNTED, Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.store.models import Problem, Trial, Winner
-from tunefw.study.spec import parse_study
+from tunefw.study.spec import SimSettings, parse_study
 from tunefw.templates import config_key, get_family
 from tunefw.tune.pipeline import ProblemState
 from tunefw.tune.recorder import Recorder, Row
@@ -53,6 +55,43 @@ def _evaluated(rows: list[Trial], problem_id: int) -> list[Trial]:
     return [t for t in rows if t.problem_id == problem_id and t.status not in NOT_COUNTED]
 
 
+class SecondLaunch(SimEvaluator):
+    """The simulator, except that a config's second confirmation (the pick's re-run) measures 3%
+    slower, or, with ``fail_first``, the first such re-run gives a wrong answer."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        super().__init__(SimSettings(trial_seconds=0.0))
+        self.fail_first, self.runs, self.failed = fail_first, Counter(), None
+
+    def confirm(self, spec, compiled=None) -> Outcome:
+        key = config_key(spec.family, spec.config)
+        self.runs[key] += 1
+        outcome = super().confirm(spec, compiled)
+        if self.runs[key] == 2 and self.fail_first and self.failed is None:
+            self.failed = key
+            return Outcome(Status.WRONG_ANSWER, log="rows over their limit", evaluator="sim")
+        if self.runs[key] == 2:
+            outcome.tflops *= 0.97
+        return outcome
+
+
+@pytest.mark.parametrize("fail_first", [False, True])
+def test_the_pick_is_re_timed_on_its_own_and_a_wrong_re_run_is_passed_over(store, fail_first):
+    _study(store, trials=6, shapes=SHAPES[:1])
+    evaluator = SecondLaunch(fail_first)
+    _launch(store, FakePool(workers=2, evaluator=evaluator))
+    with store.session() as s:
+        (w,) = s.query(Winner).all()
+        trial, problem = s.get(Trial, w.trial_id), q.as_problem(s.get(Problem, w.problem_id))
+        top = [t.config_key for t in q.top_trials(s, s.get(Problem, w.problem_id), 0, 2)]
+    noise_free = problem.flops / model_time_ms(trial.family, trial.config, problem) / 1e9
+    assert w.tflops == pytest.approx(0.97 * noise_free)  # the re-run's figure, not the pick's
+    assert evaluator.runs[trial.config_key] == 2 and trial.config_key in top
+    if fail_first:  # the pick failed on its re-run: the other confirmed config won, re-run too
+        assert evaluator.failed in top and evaluator.failed != trial.config_key
+        assert evaluator.runs[evaluator.failed] == 2
+
+
 def test_a_launch_fills_each_budget_and_confirms_each_winner(store, db_url):
     _study(store, trials=5)
     pool = FakePool(workers=3)
@@ -66,7 +105,7 @@ def test_a_launch_fills_each_budget_and_confirms_each_winner(store, db_url):
     assert stats["trials"] == 10 and stats["workers"] == 3 and not stats["stopped_at_time_limit"]
     evaluate = [j for j in pool.jobs if j.kind == "evaluate"]
     confirm = [j for j in pool.jobs if j.kind == "confirm"]
-    assert len(evaluate) == 10 and len(confirm) == 4  # confirm_top 2 per problem
+    assert len(evaluate) == 10 and len(confirm) == 6  # confirm_top 2 per problem, a re-run each
     with store.session() as s:
         winners = {w.problem_id: w for w in s.query(Winner)}
         assert set(winners) == {1, 2} and all(w.confirmed for w in winners.values())

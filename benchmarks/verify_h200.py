@@ -33,6 +33,7 @@ from faults.fault_family import EXPECTED, FAULT_DIR, FAULTS  # noqa: E402
 from sweep_h200 import commit  # noqa: E402
 from tunefw.measure.verify import Job, parse_shapes, plan, run_verify  # noqa: E402
 from tunefw.problem import GemmProblem  # noqa: E402
+from tunefw.runtime.rules import decide  # noqa: E402
 from tunefw.templates import get_family  # noqa: E402
 from tunefw.templates.family_module import load_family_module  # noqa: E402
 
@@ -83,7 +84,7 @@ def runtime_shapes(path: Path, shapes: list[GemmProblem]) -> list[GemmProblem]:
 
     table = load(path)
     own = [e.problem for e in table.entries if not e.is_cublas]
-    return own + [p for p in shapes if p not in own and table.decide(p).entry is not None]
+    return own + [p for p in shapes if p not in own and decide(table, p).entry is not None]
 
 
 # ---- judging (no GPU) -------------------------------------------------------------------------

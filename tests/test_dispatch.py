@@ -7,7 +7,7 @@ from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
 from tunefw.runtime import dispatch
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
-from tunefw.runtime.rules import tile_fill
+from tunefw.runtime.rules import decide, lookup, tile_fill
 from tunefw.templates import FAMILIES
 
 
@@ -41,12 +41,12 @@ def _table(entries, evidence=(), **kw):
 
 def test_exact_then_nearest_then_none(tmp_path):
     table = dispatch.load(_write(tmp_path, [_entry(4096, 4096, 4096), _entry(128, 6144, 4096)]))
-    assert table.lookup(GemmProblem(4096, 4096, 4096)).M == 4096
-    near = table.decide(GemmProblem(3000, 4096, 4096))
+    assert lookup(table, GemmProblem(4096, 4096, 4096)).M == 4096
+    near = decide(table, GemmProblem(3000, 4096, 4096))
     assert (near.path, near.entry.M) == ("bucket", 4096)
-    far = table.decide(GemmProblem(100, 6144, 2048))
+    far = decide(table, GemmProblem(100, 6144, 2048))
     assert (far.path, far.entry.M) == ("nearest", 128)
-    assert table.lookup(GemmProblem(4096, 4096, 4096, dtype="fp16")) is None  # other dtype
+    assert lookup(table, GemmProblem(4096, 4096, 4096, dtype="fp16")) is None  # other dtype
 
 
 def test_nearest_skips_entries_whose_config_fails_check(tmp_path):
@@ -56,7 +56,7 @@ def test_nearest_skips_entries_whose_config_fails_check(tmp_path):
     assert fam.check(split, problem, H200) is not None
     table = dispatch.load(_write(tmp_path, [_entry(64, 64, 65536, config=split),
                                             _entry(8192, 8192, 8192)]))
-    picked = table.lookup(problem)
+    picked = lookup(table, problem)
     assert picked is not None and picked.M == 8192  # farther, but its config can run
 
 
@@ -65,12 +65,12 @@ def test_an_exact_entry_whose_config_fails_its_own_shape_serves_nothing():
     skinny = dict(FAMILIES["skinny_sm90"].default_config(), MTILES=1)
     assert FAMILIES["skinny_sm90"].check(skinny, GemmProblem(9, 1032, 1040), H200) is not None
     table = _table([_e(9, 1032, 1040, family="skinny_sm90", config=skinny)])
-    route = table.decide(GemmProblem(9, 1032, 1040))
+    route = decide(table, GemmProblem(9, 1032, 1040))
     assert route.path == "cublas" and route.entry is None and "MTILES=1" in route.reason
     good = _table([_e(9, 1032, 1040, family="skinny_sm90", config=skinny),
                    _e(16, 1032, 1040, family="skinny_sm90", config=dict(skinny, MTILES=2))])
-    assert (good.decide(GemmProblem(9, 1032, 1040)).path,
-            good.lookup(GemmProblem(9, 1032, 1040)).M) == ("bucket", 16)
+    assert (decide(good, GemmProblem(9, 1032, 1040)).path,
+            lookup(good, GemmProblem(9, 1032, 1040)).M) == ("bucket", 16)
 
 
 # ---- cuBLAS routes ------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_version_1_files_load_and_losing_winners_become_cublas_routes(tmp_path):
     assert [e.route for e in table.entries] == ["kernel", "cublas", "cublas"]
     assert table.entries[1].reason == "version-1 table: ratio 0.889 < min ratio 1"
     assert table.entries[2].reason == "no cuBLAS measurement to compare with"
-    route = table.decide(GemmProblem(128, 6144, 4096))
+    route = decide(table, GemmProblem(128, 6144, 4096))
     assert (route.path, route.entry, route.rule) == ("cublas", None, "exact")
     assert "a cuBLAS route: version-1 table: ratio 0.889" in route.reason
     with pytest.raises(UserError, match="entries\\[0\\].route: unknown key"):
@@ -93,10 +93,10 @@ def test_cublas_route_entries_are_never_nearest_donors():
     lost = _e(4096, route="cublas", reason="confirmed ratio 0.9 < min ratio 1")
     table = _table([lost, _e(8192, N=8192, K=8192)])
     # 4096x2048x4096 is another layer: nearest skips the (closer) cuBLAS-route entry
-    route = table.decide(GemmProblem(4096, 2048, 4096), H200)
+    route = decide(table, GemmProblem(4096, 2048, 4096), H200)
     assert (route.path, route.entry.M) == ("nearest", 8192)
     # same layer, M between: the bucket at or above is a cuBLAS route -> cuBLAS
-    route = table.decide(GemmProblem(3000, 4096, 4096), H200)
+    route = decide(table, GemmProblem(3000, 4096, 4096), H200)
     assert (route.path, route.rule, route.donor.M) == ("cublas", "bucket", 4096)
 
 
@@ -104,7 +104,7 @@ def test_cublas_route_entries_are_never_nearest_donors():
 def test_bucket_rule_takes_the_smallest_valid_tuned_m_above():
     small = _e(128, config={"BN": 64, "SPLIT_K": 4})
     table = _table([_e(16, config={"BN": 64}), small, _e(2048), _e(8192)])
-    pick = lambda M: table.decide(GemmProblem(M, 4096, 4096), H200)  # noqa: E731
+    pick = lambda M: decide(table, GemmProblem(M, 4096, 4096), H200)  # noqa: E731
     assert (pick(100).path, pick(100).entry.M) == ("bucket", 128)
     assert pick(129).entry.M == 2048 and pick(2048).path == "exact"
     assert pick(2049).entry.M == 8192
@@ -112,15 +112,15 @@ def test_bucket_rule_takes_the_smallest_valid_tuned_m_above():
     assert (below.path, below.entry.M) == ("bucket", 8192) and "largest tuned M below" in below.reason
     assert pick(1).entry.M == 16
     # another layer shape (N differs): the nearest rule
-    assert table.decide(GemmProblem(100, 4096, 2048), H200).path == "nearest"
+    assert decide(table, GemmProblem(100, 4096, 2048), H200).path == "nearest"
 
 
 def test_bucket_rule_skips_configs_invalid_for_the_asked_shape():
     cluster = _e(256, config={"BM": 128, "CLUSTER_M": 2})  # needs M > 128
     table = _table([cluster, _e(2048)])
     assert FAMILIES["wgmma_sm90"].check(cluster.config, GemmProblem(100, 4096, 4096), H200)
-    assert table.decide(GemmProblem(100, 4096, 4096), H200).entry.M == 2048
-    assert table.decide(GemmProblem(200, 4096, 4096), H200).entry.M == 256
+    assert decide(table, GemmProblem(100, 4096, 4096), H200).entry.M == 2048
+    assert decide(table, GemmProblem(200, 4096, 4096), H200).entry.M == 256
 
 
 # ---- evidence -----------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def _ev(M, served_by, ratio, N=4096, K=4096, rule="bucket"):
 def test_evidence_routes_measured_losses_and_their_neighbours_to_cublas():
     table = _table([_e(128), _e(2048)],
                    [_ev(300, (2048, 4096, 4096), 0.6), _ev(1024, (2048, 4096, 4096), 1.05)])
-    pick = lambda M: table.decide(GemmProblem(M, 4096, 4096), H200)  # noqa: E731
+    pick = lambda M: decide(table, GemmProblem(M, 4096, 4096), H200)  # noqa: E731
     loss = pick(300)
     assert (loss.path, loss.rule, loss.ratio) == ("cublas", "bucket", pytest.approx(0.6))
     assert loss.reason.startswith("calibration measured 0.600x at M=300 for the bucket entry 2048")
@@ -142,10 +142,10 @@ def test_evidence_routes_measured_losses_and_their_neighbours_to_cublas():
                                                              pytest.approx(1.05))
     assert pick(100).path == "bucket"  # served by the 128 entry: no evidence of its own
     lower = _table(table.entries, table.evidence, evidence_min_ratio=0.5)
-    assert lower.decide(GemmProblem(300, 4096, 4096), H200).path == "calibrated"
+    assert decide(lower, GemmProblem(300, 4096, 4096), H200).path == "calibrated"
     bracketed = _table(table.entries, [_ev(600, (2048, 4096, 4096), 1.05),
                                        _ev(1100, (2048, 4096, 4096), 1.2)])
-    win = bracketed.decide(GemmProblem(1024, 4096, 4096), H200)
+    win = decide(bracketed, GemmProblem(1024, 4096, 4096), H200)
     assert (win.path, win.entry.M, win.ratio) == ("calibrated", 2048, pytest.approx(1.05))
     assert win.reason.endswith("calibration measured 1.050x at M=600, 1.200x at M=1100")
 
@@ -161,11 +161,11 @@ def test_a_bracket_vouches_for_no_m_whose_tiles_are_emptier_than_at_both_ends():
     # used (49.7%); 1024 is 128 full tiles in one wave (97.0%)
     assert [round(tile_fill(table.entries[0], m, 4096, 132), 3) for m in (600, 1100, 1050, 1024)] \
         == [0.568, 0.521, 0.497, 0.97]
-    route = table.decide(GemmProblem(1050, 4096, 4096), H200)
+    route = decide(table, GemmProblem(1050, 4096, 4096), H200)
     assert (route.path, route.entry, route.donor.M, route.ratio) == (
         "unproven", None, 2048, pytest.approx(1.05))
     assert "its tiles are 49.7% full at M=1050 against 52.1% there" in route.reason
-    assert table.decide(GemmProblem(1024, 4096, 4096), H200).path == "calibrated"
+    assert decide(table, GemmProblem(1024, 4096, 4096), H200).path == "calibrated"
 
 
 def test_evidence_on_one_side_of_the_asked_m_leaves_it_unproven():
@@ -173,17 +173,17 @@ def test_evidence_on_one_side_of_the_asked_m_leaves_it_unproven():
     the H200 served 1000x6144x4096 at 0.877x on the strength of 1.029x at M=2048."""
     table = _table([_e(2048)], [_ev(2048, (2048, 4096, 4096), 1.029, N=6144, rule="nearest"),
                                 _ev(300, (2048, 4096, 4096), 0.6)])
-    route = table.decide(GemmProblem(1000, 6144, 4096), H200)
+    route = decide(table, GemmProblem(1000, 6144, 4096), H200)
     assert (route.path, route.entry, route.rule, route.donor.M, route.ratio) == (
         "unproven", None, "nearest", 2048, pytest.approx(1.029))
     assert route.reason == ("calibration measured 1.029x at M=2048 only, on one side of M=1000 "
                             "for the nearest entry 2048x4096x4096: unproven, cuBLAS unless the "
                             "guard measures it")
-    assert table.lookup(GemmProblem(3000, 6144, 4096), H200) is None  # above it: unproven too
-    assert table.decide(GemmProblem(2048, 6144, 4096), H200).path == "calibrated"  # measured
-    below_a_loss = table.decide(GemmProblem(200, 4096, 4096), H200)  # a loss on one side only
+    assert lookup(table, GemmProblem(3000, 6144, 4096), H200) is None  # above it: unproven too
+    assert decide(table, GemmProblem(2048, 6144, 4096), H200).path == "calibrated"  # measured
+    below_a_loss = decide(table, GemmProblem(200, 4096, 4096), H200)  # a loss on one side only
     assert (below_a_loss.path, below_a_loss.ratio) == ("unproven", pytest.approx(0.6))
-    assert table.decide(GemmProblem(1000, 1024, 4096), H200).path == "nearest"  # no evidence
+    assert decide(table, GemmProblem(1000, 1024, 4096), H200).path == "nearest"  # no evidence
 
 
 def test_load_validates_evidence(tmp_path):
@@ -192,7 +192,7 @@ def test_load_validates_evidence(tmp_path):
     entries = [_entry(2048, 4096, 4096)]
     table = dispatch.load(_write(tmp_path, entries, evidence=[good], evidence_min_ratio=0.9))
     assert table.evidence[0].served_by == (2048, 4096, 4096) and table.evidence_min_ratio == 0.9
-    assert table.lookup(GemmProblem(300, 4096, 4096)) is None
+    assert lookup(table, GemmProblem(300, 4096, 4096)) is None
     for bad, needle in [(dict(good, served_by=[1, 8, 8]), "served_by=[1, 8, 8]: no kernel entry"),
                         (dict(good, M=2048), "is an exact entry"),
                         (dict(good, rule="exact"), "evidence[0].rule='exact'"),
@@ -297,7 +297,7 @@ def test_the_committed_round_4_table_no_longer_serves_m_257_by_a_losing_entry():
     from pathlib import Path
     table = dispatch.load(Path(__file__).resolve().parent.parent /
                           "benchmarks/results/dispatch_wgmma_sm90_r4_h200.json")
-    route = table.decide(GemmProblem(257, 6144, 4096))  # measured 0.41x through the nearest rule
+    route = decide(table, GemmProblem(257, 6144, 4096))  # measured 0.41x through the nearest rule
     assert (route.path, route.rule, route.donor.M) == ("cublas", "bucket", 128)
     assert "the largest tuned M below 257 (no tuned M above), is a cuBLAS route" in route.reason
-    assert table.decide(GemmProblem(4096, 4096, 4096)).path == "exact"
+    assert decide(table, GemmProblem(4096, 4096, 4096)).path == "exact"

@@ -15,6 +15,7 @@ from tunefw.export import calibrate as cal
 from tunefw.outcome import Outcome, Status
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import load
+from tunefw.runtime.rules import decide, lookup
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.study.spec import parse_study
@@ -73,10 +74,10 @@ def test_export_ships_losses_as_cublas_routes(tuned_db, tmp_path, monkeypatch):
     e = next(e for e in table.entries if e.M == 300 and e.N == 1536)
     assert (e.label, e.reason) == ("tiny.qkv", "confirmed ratio 0.800 < min ratio 1")
     # served: the exact loss and the M in its bucket are cuBLAS; an M below a winner its kernel
-    assert table.decide(GemmProblem(300, 1536, 1024)).path == "cublas"
-    assert table.decide(GemmProblem(290, 1536, 1024)).rule == "bucket"
-    assert table.lookup(GemmProblem(290, 1536, 1024)) is None
-    assert table.lookup(GemmProblem(400, 1536, 1024)).M == 512
+    assert decide(table, GemmProblem(300, 1536, 1024)).path == "cublas"
+    assert decide(table, GemmProblem(290, 1536, 1024)).rule == "bucket"
+    assert lookup(table, GemmProblem(290, 1536, 1024)) is None
+    assert lookup(table, GemmProblem(400, 1536, 1024)).M == 512
     # --min-ratio 0.5 keeps them; CSV and the header carry the route and the ratio
     assert _run("export", str(out), "--study", "m", "--min-ratio", "0.5").exit_code == 0
     assert not any(e.is_cublas for e in load(out).entries)
@@ -126,10 +127,10 @@ def test_calibrate_records_evidence_and_routes_losses(tuned_db, tmp_path, monkey
     assert {(v.M, v.served_by[0], v.rule) for v in table.evidence} >= {(600, 1024, "bucket"),
                                                                        (3000, 4096, "bucket")}
     assert all(v.M != 1024 for v in table.evidence)  # an exact entry needs no evidence
-    assert table.decide(GemmProblem(600, 1536, 1024)).path == "cublas"
-    assert table.decide(GemmProblem(650, 1536, 1024)).path == "cublas"  # between 0.7x and 1.1x
-    assert table.decide(GemmProblem(800, 1536, 1024)).path == "calibrated"  # between 700 and 900
-    assert table.decide(GemmProblem(1000, 1536, 1024)).path == "unproven"  # above 900 only
+    assert decide(table, GemmProblem(600, 1536, 1024)).path == "cublas"
+    assert decide(table, GemmProblem(650, 1536, 1024)).path == "cublas"  # between 0.7x and 1.1x
+    assert decide(table, GemmProblem(800, 1536, 1024)).path == "calibrated"  # between 700 and 900
+    assert decide(table, GemmProblem(1000, 1536, 1024)).path == "unproven"  # above 900 only
     explained = _run("dispatch", "explain", str(path), "600x1536x1024", "800x1536x1024",
                      "1000x1536x1024").stdout
     lines = explained.splitlines()
@@ -147,7 +148,7 @@ def test_calibrate_records_evidence_and_routes_losses(tuned_db, tmp_path, monkey
     assert f"kNumEvidence = {len(table.evidence)};" in header and "0.7}," in header
     # --min-ratio 0.5 keeps the measured 0.7x shape on the kernel
     _run("dispatch", "calibrate", str(path), "--shapes", str(shapes), "--min-ratio", "0.5")
-    assert load(path).decide(GemmProblem(600, 1536, 1024)).path == "calibrated"
+    assert decide(load(path), GemmProblem(600, 1536, 1024)).path == "calibrated"
 
 
 def test_calibrate_bad_input(tmp_path):

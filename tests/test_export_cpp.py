@@ -12,6 +12,7 @@ from tunefw.errors import UserError
 from tunefw.export.table import render
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
+from tunefw.runtime.rules import decide, lookup
 from tunefw.templates import FAMILIES
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -74,7 +75,7 @@ def _python_answer(table: DispatchTable, shape) -> int:
         problem = GemmProblem(M, N, K, dtype)
     except UserError:
         return -1
-    entry = table.lookup(problem)
+    entry = lookup(table, problem)
     return -1 if entry is None else next(i for i, e in enumerate(table.entries) if e is entry)
 
 
@@ -171,7 +172,7 @@ def _model_table(seed: int) -> DispatchTable:
     for _ in range(60):
         n, k = rng.choice(layers[:2] + [(2048, 4096)])  # layers[2:]: no evidence
         m = rng.randrange(1, 9000)
-        route = table.decide(GemmProblem(m, n, k))
+        route = decide(table, GemmProblem(m, n, k))
         if route.entry is None or route.path == "exact" or (m, n, k) in seen:
             continue
         seen.add((m, n, k))
@@ -196,7 +197,7 @@ def test_header_follows_bucket_rule_cublas_routes_and_evidence(tmp_path, seed):
     paths: dict[str, int] = {}
     for shape, line in zip(shapes, lines):
         assert int(line.split()[0]) == _python_answer(table, shape), shape
-        route = table.decide(GemmProblem(*shape))
+        route = decide(table, GemmProblem(*shape))
         paths[route.path] = paths.get(route.path, 0) + 1
         if route.path == "cublas" and route.rule:
             paths["cublas_" + route.rule] = paths.get("cublas_" + route.rule, 0) + 1

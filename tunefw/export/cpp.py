@@ -1,7 +1,7 @@
 """`tunefw export --format cpp`: a self-contained C++17 header of a dispatch table.
 
-The header's lookup() gives the same answer as DispatchTable.lookup(problem) on the table's own
-device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence and
+The header's lookup() gives the same answer as tunefw.runtime.rules.lookup(table, problem) on the
+table's own device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence and
 its unproven routes, cuBLAS routes), written out in C++. check() cannot run in C++, so validity
 is split in two:
 

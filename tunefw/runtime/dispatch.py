@@ -118,15 +118,6 @@ class DispatchTable:
             groups.setdefault((e.N, e.K, e.dtype, e.layout), []).append(e)
         return {k: sorted(v, key=lambda e: e.M) for k, v in groups.items()}
 
-    def decide(self, problem: GemmProblem, device: DeviceSpec | None = None):
-        """The route for a problem (tunefw.runtime.rules.Route): rule, entry served, evidence."""
-        from tunefw.runtime.rules import decide
-        return decide(self, problem, device or self.device())
-
-    def lookup(self, problem: GemmProblem, device: DeviceSpec | None = None) -> DispatchEntry | None:
-        """The entry whose kernel serves the problem (the serving rules), else None: cuBLAS."""
-        return self.decide(problem, device).entry
-
 
 def apply_min_ratio(entry: DispatchEntry, min_ratio: float, what: str = "confirmed") -> DispatchEntry:
     """The entry as a cuBLAS route when its ratio is below ``min_ratio`` or unknown."""

@@ -43,7 +43,7 @@ from tunefw.runtime import firstuse
 from tunefw.runtime import guard as guard_module
 from tunefw.runtime.guard import Guard, Timer
 from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
-from tunefw.runtime.rules import Route, shape as _shape
+from tunefw.runtime.rules import Route, decide, shape as _shape
 from tunefw.runtime.shipped import read_manifest
 from tunefw.templates import FAMILIES
 
@@ -238,7 +238,7 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        return self._sourced(self.table.decide(problem, dev.spec))
+        return self._sourced(decide(self.table, problem, dev.spec))
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
                 device: int | None = None) -> str:
@@ -262,7 +262,7 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype_name(dtype))
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        return self._sourced(self.table.decide(problem))
+        return self._sourced(decide(self.table, problem))
 
     def _sourced(self, route: Route) -> Route:
         """The route with where its kernel (an unproven route's donor's) comes from."""

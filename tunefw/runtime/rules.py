@@ -29,14 +29,12 @@ For a problem (M, N, K, dtype, layout) on the table's device:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
+from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
 from tunefw.templates import FAMILIES
 
-if TYPE_CHECKING:  # dispatch.py's table calls decide(): the types only, no import cycle
-    from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
 
 PATHS = ("exact", "bucket", "nearest", "calibrated", "unproven", "guarded", "cublas")
 
@@ -128,8 +126,16 @@ def _measured(points: list[Evidence]) -> str:
     return ", ".join(f"{v.ratio:.3f}x at M={v.M}" for v in points)
 
 
-def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> Route:
-    """The route for a problem by the table's rules (the module docstring)."""
+def lookup(table: DispatchTable, problem: GemmProblem,
+           device: DeviceSpec | None = None) -> DispatchEntry | None:
+    """The entry whose kernel serves the problem by the table's rules, else None: cuBLAS."""
+    return decide(table, problem, device).entry
+
+
+def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None = None) -> Route:
+    """The route for a problem by the table's rules (the module docstring), on ``device``
+    (default: the table's own GPU)."""
+    device = device or table.device()
     rule, e, how = table_rule(table, problem, device)
     if e is None:
         return Route("cublas", None, _no_entry(table, problem, device))

@@ -62,7 +62,8 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
 
 def membound_wgmma(problem: GemmProblem) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
-    schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M),
+    schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M
+    whose multicast half, on a 2-CTA cluster, is still a multiple of 8 rows),
     weight tiles from narrow to wide, split-K so that the tiles x splits fill the GPU, and deep
     rings; each also on a 2-CTA cluster that multicasts the activations (non-swapped: CLUSTER_N,
     the CTAs of one M tile and two weight tiles; swap-AB: CLUSTER_M). Every CTA re-reads the
@@ -71,14 +72,16 @@ def membound_wgmma(problem: GemmProblem) -> list[dict]:
     family = get_family("wgmma_sm90")
     base = family.seed_configs()[0]
     widths = sorted(next(p.values for p in family.params if p.name == "BN"))
-    tokens = next((w for w in widths if w >= problem.M), None)  # swap-AB: M on the N side
+    def tokens(cm: int) -> int | None:  # swap-AB: M on the N side, a multicast half of 8k rows
+        return next((w for w in widths if w >= problem.M and (w // cm) % 8 == 0), None)
+
     shapes = []  # (swap, schedule, BM, BN, epilogue, cluster M, cluster N)
     for sched, bms in (("pingpong", (64, 128)), ("cooperative", (128, 256))):
         bm = next((b for b in bms if b >= problem.M), None)
         if bm is not None:
             shapes += [(0, sched, bm, bn, "tma", 1, cn) for bn in (64, 128, 256) for cn in (1, 2)]
-        if tokens is not None:
-            shapes += [(1, sched, bm, tokens, "direct", cm, 1) for bm in bms[:1] for cm in (1, 2)]
+        shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1) for bm in bms[:1] for cm in (1, 2)
+                   if tokens(cm) is not None]
     out = []
     for swap, sched, bm, bn, epilogue, cm, cn in shapes:
         for split in (1, 2, 4, 8):

@@ -27,9 +27,11 @@
 // tile's first wgmma group runs (hides the cooperative epilogue; SPLIT_K == 1).
 // SWAP_AB 1: the host passes B's tensor map as tmap_a, A's as tmap_b and (N, M) as (M, N), so
 // the kernel computes C^T = B A^T: the weight's rows take wgmma's 64-row side and the tokens its
-// N side (BN, a multiple of 32), so a small or odd M is one narrow tile, not a mostly empty
-// 64-row one; the direct epilogue writes each element to C's own row-major place.
+// N side (BN, any multiple of 8: 136 covers M = 129), so a small or odd M is one narrow tile,
+// not a mostly empty 64-row one; the direct epilogue writes each element to C's own row-major
+// place. Widths off a multiple of 32 need the direct epilogue (EPILOGUE 0) in either layout.
 #include "tunefw/sm90.cuh"
+#include "tunefw/wgmma_ops.cuh"  // Wgmma<BN, DT>: generated from the declared BN values
 
 // The driver's opaque tensor map (cuTensorMapEncodeTiled), 128 bytes, 64-byte aligned.
 struct alignas(64) CUtensorMap {
@@ -248,7 +250,7 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(WG_M % 64 == 0 && MI >= 1, "rows per consumer must be a multiple of 64");
   static_assert(BM % CLUSTER_N == 0 && A_SLICE % 8 == 0, "A slice");
   static_assert(BN % CLUSTER_M == 0 && B_SLICE % 8 == 0, "B slice");
-  static_assert(BN % 32 == 0, "BN");
+  static_assert(BN % 8 == 0 && (EPILOGUE == 0 || BN % 32 == 0), "BN: EPILOGUE 1/2 store 32-column chunks");
   static_assert(!SWAP_AB || EPILOGUE == 0, "swap-AB writes C transposed with direct stores");
   static_assert(SPLIT_K >= 1, "split");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2 && (EPILOGUE != 2 || SPLIT_K == 1),

@@ -172,7 +172,7 @@ def test_the_cli_lists_a_familys_knobs_from_the_declaration():
     lines = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines()
              if line.startswith("│") and line.split("│")[1].strip()}
     assert set(lines) == set(WGMMA.param_names)
-    assert "int 32..256 step 32" in lines["BN"]
+    assert "int 8..256 step 8" in lines["BN"]
     assert "cooperative=0, pingpong=1" in lines["SCHEDULE"]
     assert "tile rows per CTA (of M; of N under SWAP_AB)" in lines["BM"]
 
@@ -187,7 +187,7 @@ def test_the_family_listings_as_json_hold_the_declared_values():
     schedule = WGMMA.params[WGMMA.param_names.index("SCHEDULE")]
     assert knobs["SCHEDULE"]["values"] == list(schedule.values) == ["cooperative", "pingpong"]
     assert knobs["SCHEDULE"]["cpp"] == {"cooperative": "0", "pingpong": "1"}
-    assert knobs["BN"]["optuna"] == "int 32..256 step 32" and knobs["BN"]["cpp"] is None
+    assert knobs["BN"]["optuna"] == "int 8..256 step 8" and knobs["BN"]["cpp"] is None
     assert knobs["BM"]["default"] == WGMMA.default_config()["BM"]
 
 

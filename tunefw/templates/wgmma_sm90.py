@@ -44,7 +44,7 @@ def _cdiv(a: int, b: int) -> int:
 class WgmmaSm90(KernelTemplate):
     family = "wgmma_sm90"
     source = "wgmma_sm90.cuh"
-    headers = ("include/tunefw/sm90.cuh",)
+    headers = ("include/tunefw/sm90.cuh", "include/tunefw/wgmma_ops.cuh")
     kernel = "gemm_wgmma_sm90"
     min_cc = 90
     tensor_op = "HGMMA"
@@ -52,8 +52,12 @@ class WgmmaSm90(KernelTemplate):
 
     params = (
         Param("BM", (128, 64, 256), "tile rows per CTA (of M; of N under SWAP_AB)"),
-        Param("BN", (256, 128, 192, 64, 96, 160, 224, 32),
-              "tile columns per CTA (of N; of M under SWAP_AB) = the wgmma N of every consumer"),
+        Param("BN", (256, 128, 192, 64, 96, 160, 224, 32)
+              + tuple(n for n in range(8, 257, 8) if n % 32),
+              "tile columns per CTA (of N; of M under SWAP_AB) = the wgmma N of every consumer, "
+              "any multiple of 8 as wgmma allows: the widths off a multiple of 32 (the TMA-store "
+              "chunk) fit small and odd M and edge tiles (M = 129 is one 136-wide token tile "
+              "under swap-AB) and store directly (EPILOGUE=direct)"),
         Param("BK", (64, 32, 128),
               "K depth of one pipeline stage (128: each row of a stage is two 128-byte boxes, "
               "longer runs of DRAM per row for memory-bound shapes)"),
@@ -114,6 +118,9 @@ class WgmmaSm90(KernelTemplate):
         {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 128, "STAGES": 6, "SPLIT_K": 4},
         {"SWAP_AB": 1, "EPILOGUE": "direct", "CLUSTER_M": 1, "BN": 160, "STAGES": 5, "SPLIT_K": 4},
         {"SWAP_AB": 1, "EPILOGUE": "direct", "SCHEDULE": "pingpong", "BM": 64, "BN": 160,
+         "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
+        # M = 129..136 in one 136-wide token tile (95% full at 129)
+        {"SWAP_AB": 1, "EPILOGUE": "direct", "SCHEDULE": "pingpong", "BM": 64, "BN": 136,
          "STAGES": 8, "CLUSTER_M": 1, "SPLIT_K": 2},
         # the memory-bound probe's winners at M = 64 and 128 over Llama's layers
         # (benchmarks/results/membound_probe_h200.json): small tiles, the deepest ring, split-K 2
@@ -192,6 +199,9 @@ class WgmmaSm90(KernelTemplate):
             if problem.M > TMA_BOX_MAX:
                 return (f"SWAP_AB=1 with M={problem.M}: the tokens span several BN tiles; "
                         "swap-AB is for M <= 256")
+        if bn % 32 and config["EPILOGUE"] != "direct":
+            return (f"BN={bn}: the TMA-store epilogue writes 32- or 64-column chunks; a width "
+                    "off a multiple of 32 stores directly (EPILOGUE=direct)")
         if cm * cn > 2:
             return (f"CLUSTER_M={cm}, CLUSTER_N={cn}: 2x2 clusters reached at most 0.62 of the "
                     "best config on every suite shape on the H200 "

@@ -11,6 +11,9 @@
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
+#   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
+#                     random valid configs on the edge shapes (the BN widths off a multiple of
+#                     32 first run on a GPU here: every answer verified)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +43,8 @@ for name in "$@"; do
         --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
         benchmarks/studies/decode6_h200.yaml
       cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
+    membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
+        --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
   esac
 done

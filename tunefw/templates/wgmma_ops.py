@@ -5,10 +5,9 @@ declared values (``python -m tunefw.templates.wgmma_ops`` rewrites it; a test ke
 step) rather than written and kept by hand."""
 from __future__ import annotations
 
-from pathlib import Path
+from tunefw.templates.base import TEMPLATE_DIR
 
-HEADER = Path(__file__).resolve().parent.parent.parent / "kernel_templates" / "include" / "tunefw" \
-    / "wgmma_ops.cuh"
+HEADER = TEMPLATE_DIR / "include" / "tunefw" / "wgmma_ops.cuh"
 DTYPES = ((0, "bf16"), (1, "f16"))  # the template's DT argument and PTX's input type
 
 _PROLOGUE = """\

@@ -66,6 +66,17 @@ def space_index(family: KernelTemplate, config: dict) -> int:
     return index
 
 
+def sparse_permutation(size: int, rng: random.Random) -> Iterator[int]:
+    """0..size-1 in a uniformly random order, drawn as far as the caller reads: a Fisher-Yates
+    shuffle that keeps only the swapped indices, so a prefix costs its length in time and
+    memory (a whole permutation of wgmma_sm90's 30M points is 240 MB and two seconds)."""
+    swapped: dict[int, int] = {}
+    for i in range(size):
+        j = rng.randrange(i, size)
+        yield swapped.get(j, j)
+        swapped[j] = swapped.pop(i, i)
+
+
 def uniform_order(families: Sequence[str], problem: GemmProblem, device: DeviceSpec,
                   seed: int) -> Iterator[tuple[str, dict]]:
     """Every valid (family name, config) of the problem once, in the order of a seeded
@@ -73,7 +84,7 @@ def uniform_order(families: Sequence[str], problem: GemmProblem, device: DeviceS
     the caller reads: any prefix is a uniform sample without replacement of the valid space."""
     templates = [get_family(f) for f in families]
     offsets = np.cumsum([0] + [space_size(t) for t in templates])
-    for i in np.random.default_rng(seed).permutation(int(offsets[-1])):
+    for i in sparse_permutation(int(offsets[-1]), random.Random(f"uniform/{seed}")):
         j = int(np.searchsorted(offsets, i, side="right")) - 1
         config = space_point(templates[j], int(i - offsets[j]))
         if templates[j].check(config, problem, device) is None:
@@ -106,16 +117,8 @@ def space_sizes(families: list[str], problems: list[GemmProblem], device: Device
 def random_valid(family: KernelTemplate, rng: random.Random, problem: GemmProblem,
                  device: DeviceSpec) -> Iterator[dict]:
     """The family's configs valid for ``problem``, each once, in a uniformly random order drawn
-    as far as the caller reads: a Fisher-Yates shuffle of the point indices kept sparse (only
-    the swapped ones), so a few draws of a millions-point space cost their draws, where
-    uniform_order's permutation (the sampler's pinned order) costs the space's size (0.7 s for
-    wgmma_sm90) on every call."""
-    size = space_size(family)
-    swapped: dict[int, int] = {}
-    for i in range(size):
-        j = rng.randrange(i, size)
-        index = swapped.get(j, j)
-        swapped[j] = swapped.get(i, i)
+    as far as the caller reads (sparse_permutation of the point indices)."""
+    for index in sparse_permutation(space_size(family), rng):
         config = space_point(family, index)
         if family.check(config, problem, device) is None:
             yield config

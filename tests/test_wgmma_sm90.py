@@ -432,6 +432,34 @@ def test_widths_off_a_multiple_of_32_compile_to_their_own_wgmma(pool):
         assert sass_check(r.cubin, require_hgmma=True) is None
 
 
+@pytest.mark.parametrize("shape", [(129, 4096, 4096), (17, 4104, 4104), (1, 4096, 14336),
+                                   (4096, 24, 4096), (200, 136, 264), (4096, 4096, 4096)])
+def test_every_valid_config_of_every_width_encodes_legal_tensor_maps(shape):
+    """What check() lets through must be launchable: each BN width's valid configs (a seeded
+    draw) have TMA boxes of 8..256 rows in whole 8-row swizzle atoms, one swizzle span wide, a
+    ring and staging inside the opt-in shared memory, and a multicast slice per cluster CTA."""
+    import itertools
+    import random
+    problem = GemmProblem(*shape)
+    widths = next(p.values for p in T.params if p.name == "BN")
+    drawn = list(itertools.islice(random_valid(T, random.Random(sum(shape)), problem, H200), 3000))
+    seen = set()
+    for c in drawn:
+        seen.add(c["BN"])
+        specs = T.tensor_map_specs(c, problem)
+        for x, rows in (("a", c["BM"] // c["CLUSTER_N"]), ("b", c["BN"] // c["CLUSTER_M"])):
+            inner, box_rows = specs[x]["box"]
+            assert box_rows == rows and 8 <= rows <= 256 and rows % 8 == 0, (x, c)
+            assert inner * 2 == specs[x]["swizzle"] == c["SWIZZLE"], (x, c)
+        assert T.smem_bytes(c) <= H200.smem_per_block_optin, c
+        if c["BN"] % 32:
+            assert c["EPILOGUE"] == "direct", c
+        launch = T.launch(c, problem, H200)
+        assert launch.grid[0] % c["CLUSTER_M"] == 0 and launch.cluster[:2] == (c["CLUSTER_M"],
+                                                                               c["CLUSTER_N"])
+    assert len(seen) >= len(widths) // 2, sorted(seen)  # the draw reached most widths
+
+
 def test_nvcc_compiles_the_template(tmp_path):
     """The template also builds with nvcc (-gencode compute_90a/sm_90a), fp16 ping-pong 2x2."""
     import shutil

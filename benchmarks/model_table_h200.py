@@ -192,7 +192,7 @@ def export_phase(cmd: list[str], state: State, timeout: float) -> dict:
 def write_calibration_shapes(state: State) -> int:
     """The exported table's calibration shapes (dispatch_guard_h200.calibration_shapes), written
     when calibration starts, so a --redo of it measures today's list; how many."""
-    from dispatch_guard_h200 import calibration_shapes
+    from dispatch_guard_plan import calibration_shapes
     from tunefw.runtime.dispatch import load
 
     shapes = calibration_shapes(load(state.table))

@@ -16,7 +16,8 @@ from conftest import invoke_cli
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import dispatch_guard_h200 as guard  # noqa: E402
+import dispatch_guard_h200 as guard_run  # noqa: E402
+import dispatch_guard_plan as guard  # noqa: E402
 import model_table_h200 as mt  # noqa: E402
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load  # noqa: E402
 from tunefw.templates import FAMILIES  # noqa: E402
@@ -147,11 +148,11 @@ def test_each_shape_s_failure_or_the_deadline_is_a_row_not_the_end():
         return {**s, "ratio": 1.0}
 
     shapes = [{"M": m, "N": 8, "K": 8} for m in (1, 2, 3)]
-    assert guard.each(shapes, measure) == [
+    assert guard_run.each(shapes, measure) == [
         {"M": 1, "N": 8, "K": 8, "ratio": 1.0},
         {"M": 2, "N": 8, "K": 8, "wrong": True, "error": "RuntimeError: CUDA error: an illegal memory access"},
         {"M": 3, "N": 8, "K": 8, "ratio": 1.0}]
-    assert [r.get("skipped") for r in guard.each(shapes, measure, deadline=0.0)] == ["time budget"] * 3
+    assert [r.get("skipped") for r in guard_run.each(shapes, measure, deadline=0.0)] == ["time budget"] * 3
 
 
 def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, monkeypatch):

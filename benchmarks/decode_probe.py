@@ -60,6 +60,11 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
     return configs
 
 
+# Weight-tile widths of the non-swapped memory-bound configs: 48 makes N = 6144 128 tiles (64
+# makes 96, 27% of the SMs idle, and split-K 2 makes 192: two waves), 64-256 narrow to wide.
+PLAIN_WIDTHS = (48, 64, 128, 256)
+
+
 def membound_wgmma(problem: GemmProblem) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
     schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M
@@ -79,7 +84,8 @@ def membound_wgmma(problem: GemmProblem) -> list[dict]:
     for sched, bms in (("pingpong", (64, 128)), ("cooperative", (128, 256))):
         bm = next((b for b in bms if b >= problem.M), None)
         if bm is not None:
-            shapes += [(0, sched, bm, bn, "tma", 1, cn) for bn in (64, 128, 256) for cn in (1, 2)]
+            shapes += [(0, sched, bm, bn, "tma" if bn % 32 == 0 else "direct", 1, cn)
+                       for bn in PLAIN_WIDTHS for cn in (1, 2)]
         shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1) for bm in bms[:1] for cm in (1, 2)
                    if tokens(cm) is not None]
     out = []

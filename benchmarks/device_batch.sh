@@ -14,6 +14,8 @@
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
 #                     32 first run on a GPU here: every answer verified)
+#   membound4   (540) the same at M = 64 and 128 over Llama's four layers, 48-wide weight tiles
+#                     included (N = 6144 in 128 tiles, no split-K); alone in its call
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +47,8 @@ for name in "$@"; do
       cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
     membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
+    membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
+        --per-shape 0 --edge-configs 0 --m 64,128 --wgmma-membound --name membound4_probe ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
   esac
 done

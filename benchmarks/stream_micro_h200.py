@@ -59,7 +59,8 @@ def reuse_slowdown(rows: list[dict]) -> dict:
     for r in rows:
         base = alone.get((r["N"], r["K"], r["R"]))
         if base:
-            table[f'{r["N"]}x{r["K"]}/R{r["R"]}/MC{r["MC"]}'][f'RA{r["RA"]}'] = round(r["us"] / base, 3)
+            key = f'{r["N"]}x{r["K"]}/R{r["R"]}/MC{r["MC"]}'
+            table[key][f'RA{r["RA"]}'] = round(r["us"] / base, 3)
     return dict(table)
 
 

@@ -125,8 +125,9 @@ def test_the_summary_judges_each_bar_and_names_what_misses_it():
     assert (s["host_cost"]["ok"], s["host_cost"]["dearer"]) == (False, ["64x8x8"])
     assert s["all"] is False
     # with the check at the depth the bar is judged there, the deep errors kept beside
-    report["logits_at_depth"] = {"layers": 2, "rel_err": {"decode b=1": 0.004, "decode b=16": 0.006},
-                                 "vs_rounded_twin": {"decode b=1": {"stock": 0.003, "patched": 0.004}}}
+    report["logits_at_depth"] = {
+        "layers": 2, "rel_err": {"decode b=1": 0.004, "decode b=16": 0.006},
+        "vs_rounded_twin": {"decode b=1": {"stock": 0.003, "patched": 0.004}}}
     logits = bench.summarize(report)["logits"]
     assert logits["ok"] and logits["judged_at_layers"] == 2
     assert logits["rel_err"] == {"decode b=1": 0.004, "decode b=16": 0.006}

@@ -1,9 +1,9 @@
 """`tunefw export --format cpp`: a self-contained C++17 header of a dispatch table.
 
 The header's lookup() gives the same answer as tunefw.runtime.rules.lookup(table, problem) on the
-table's own device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration evidence and
-its unproven routes, cuBLAS routes), written out in C++. check() cannot run in C++, so validity
-is split in two:
+table's own device: the rules of tunefw/runtime/rules.py (exact, bucket, nearest, calibration
+evidence and its unproven routes, cuBLAS routes), written out in C++. check() cannot run in
+C++, so validity is split in two:
 
 * the part of check() that does not depend on the shape (space, device limits) is evaluated
   here, per entry, on the entry's own shape: ``nearest_ok`` (an entry whose config fails its own

@@ -29,7 +29,6 @@ class Confirmer:
         self.round = round_
         self.top = top
         self.screened: dict[int, float | None] = {}  # trial id -> the ratio its screen measured
-        self.specs: dict[int, TrialSpec] = {}  # trial id -> what its confirmation ran
 
     def jobs(self) -> list[Job]:
         """One confirm job per top config of each problem (context: problem id, trial id)."""
@@ -40,18 +39,18 @@ class Confirmer:
                     self.screened[t.id] = t.ratio
                     spec = self.pipeline.trial_spec(st, t.optuna_trial or t.id, t.family,
                                                     t.config)
-                    self.specs[t.id] = spec
                     jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id)))
         return jobs
 
-    def held_out(self, results: dict[int, list[tuple[int, Outcome]]]
-                 ) -> dict[int, tuple[int, Outcome]]:
-        """Each problem's pick re-timed on its own, that figure its winner's; a pick whose re-run
-        fails gives way to the next confirmed config (none left: no winner this launch)."""
+    def held_out(self, results: dict[int, list[tuple[int, Outcome]]],
+                 specs: dict[int, TrialSpec]) -> dict[int, tuple[int, Outcome]]:
+        """Each problem's pick re-timed on its own (``specs``: trial id -> what its confirmation
+        ran), that figure its winner's; a pick whose re-run fails gives way to the next confirmed
+        config (none left: no winner this launch)."""
         queue = {problem_id: ranked(rows) for problem_id, rows in results.items()}
         picked: dict[int, tuple[int, Outcome]] = {}
         while queue:
-            jobs = [Job(self.specs[rows[0][0]], kind="confirm", context=(problem_id, rows[0][0]))
+            jobs = [Job(specs[rows[0][0]], kind="confirm", context=(problem_id, rows[0][0]))
                     for problem_id, rows in queue.items()]
             for job, outcome in self.pipeline.run_jobs(jobs):
                 problem_id, trial_id = job.context
@@ -75,7 +74,7 @@ class Confirmer:
             problem_id, trial_id = job.context
             if outcome.ok:
                 results.setdefault(problem_id, []).append((trial_id, outcome))
-        picked = self.held_out(results)
+        picked = self.held_out(results, {job.context[1]: job.spec for job in jobs})
         self.pipeline.recorder.winners(picked)
         states = self.pipeline.states
         self.pipeline.progress("confirmed", {"winners": [

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import random
@@ -65,7 +66,8 @@ def sample(name: str, problem: GemmProblem, n: int, rng: random.Random) -> list[
 PLAIN_WIDTHS = (48, 64, 128, 256)
 
 
-def membound_wgmma(problem: GemmProblem) -> list[dict]:
+def membound_wgmma(problem: GemmProblem, depths: tuple[int, ...] = (64,),
+                   clusters: tuple[int, ...] = (1, 2)) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
     schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M
     whose multicast half, on a 2-CTA cluster, is still a multiple of 8 rows),
@@ -73,7 +75,9 @@ def membound_wgmma(problem: GemmProblem) -> list[dict]:
     rings; each also on a 2-CTA cluster that multicasts the activations (non-swapped: CLUSTER_N,
     the CTAs of one M tile and two weight tiles; swap-AB: CLUSTER_M). Every CTA re-reads the
     activations from L2 once per weight tile, so with narrow weight tiles the L2-to-SM traffic,
-    not HBM, can bound the kernel: wide tiles and multicast cut it. The valid ones for the problem."""
+    not HBM, can bound the kernel: wide tiles and multicast cut it. Each at every stage depth
+    BK of `depths` (128 and 256 load a weight row's stage as 2 or 4 adjacent 128-byte boxes:
+    longer DRAM runs) and cluster size of `clusters`. The valid ones for the problem."""
     family = get_family("wgmma_sm90")
     base = family.seed_configs()[0]
     widths = sorted(next(p.values for p in family.params if p.name == "BN"))
@@ -85,14 +89,14 @@ def membound_wgmma(problem: GemmProblem) -> list[dict]:
         bm = next((b for b in bms if b >= problem.M), None)
         if bm is not None:
             shapes += [(0, sched, bm, bn, "tma" if bn % 32 == 0 else "direct", 1, cn)
-                       for bn in PLAIN_WIDTHS for cn in (1, 2)]
-        shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1) for bm in bms[:1] for cm in (1, 2)
+                       for bn in PLAIN_WIDTHS for cn in clusters]
+        shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1) for bm in bms[:1] for cm in clusters
                    if tokens(cm) is not None]
     out = []
-    for swap, sched, bm, bn, epilogue, cm, cn in shapes:
+    for (swap, sched, bm, bn, epilogue, cm, cn), bk in itertools.product(shapes, depths):
         for split in (1, 2, 4, 8):
-            for stages in (8, 6, 5, 4, 3):
-                c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
+            for stages in (8, 6, 5, 4, 3, 2):
+                c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "BK": bk, "SPLIT_K": split,
                      "STAGES": stages, "CLUSTER_M": cm, "CLUSTER_N": cn, "EPILOGUE": epilogue,
                      "SWAP_AB": swap}
                 if family.check(c, problem, H200) is None:
@@ -114,9 +118,13 @@ def main() -> None:
                     help="list the jobs per family and set, then stop (no GPU needed)")
     ap.add_argument("--wgmma-membound", action="store_true",
                     help="also every membound_wgmma() config of each decode shape")
+    ap.add_argument("--membound-bk", default="64", help="stage depths BK of those configs")
+    ap.add_argument("--membound-clusters", default="1,2", help="their cluster sizes")
     args = ap.parse_args()
     families = args.families.split(",")
     decode_m = [int(m) for m in args.m.split(",")]
+    depths = tuple(int(v) for v in args.membound_bk.split(","))
+    clusters = tuple(int(v) for v in args.membound_clusters.split(","))
     rng = random.Random(args.seed)
 
     jobs, meta = [], {}
@@ -138,7 +146,7 @@ def main() -> None:
         for label, (n, k) in LAYERS.items():
             for m in decode_m:
                 p = GemmProblem(m, n, k)
-                add("decode", "wgmma_sm90", p, membound_wgmma(p), label)
+                add("decode", "wgmma_sm90", p, membound_wgmma(p, depths, clusters), label)
 
     if args.plan_only:
         counts: dict = {}

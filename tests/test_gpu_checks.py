@@ -154,3 +154,19 @@ def test_the_memory_bound_probe_reads_each_weight_tile_once_and_tries_multicast(
     assert all(c["BM"] >= m for c in plain) and all(c["BN"] >= m for c in swapped)  # one M tile
     assert any(c["CLUSTER_N"] == 2 for c in plain) and any(c["CLUSTER_M"] == 2 for c in swapped)
     assert {c["BN"] for c in plain} >= {64, 128}  # narrow to wide weight tiles
+
+
+def test_the_memory_bound_probe_tries_each_stage_depth_asked_for_in_the_deepest_ring_that_fits():
+    probe = _load("decode_probe")
+    family = get_family("wgmma_sm90")
+    problem = GemmProblem(64, 4096, 4096)
+    configs = probe.membound_wgmma(problem, depths=(128, 256), clusters=(1,))
+    assert configs and all(family.check(c, problem, H200) is None for c in configs)
+    assert {c["BK"] for c in configs} == {128, 256}
+    assert all(c["CLUSTER_M"] == c["CLUSTER_N"] == 1 for c in configs)
+    for c in configs:  # one stage deeper would not fit (or the ring is the 8 deep cap)
+        deeper = min((s for s in (8, 6, 5, 4, 3, 2) if s > c["STAGES"]), default=None)
+        assert deeper is None or family.check(dict(c, STAGES=deeper), problem, H200) is not None
+    # a 64-wide weight tile in 256-deep stages: 64 KB a stage, three of them in 227 KB
+    narrow = next(c for c in configs if c["BK"] == 256 and c["BN"] == 64 and not c["SWAP_AB"])
+    assert narrow["STAGES"] == 3

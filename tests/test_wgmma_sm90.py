@@ -160,11 +160,12 @@ def test_the_space_is_mostly_reachable():
     configs = sample_space(T, random.Random(0), 20000)
     plain = [c for c in configs if not c["SWAP_AB"]]
     swapped = [c for c in configs if c["SWAP_AB"]]
-    # Samplers draw from the whole space: at least 1 in 15 points without swap-AB must be
-    # runnable at 4096^3 (BK=128 stages fit few tiles; the BN widths off a multiple of 32, three
-    # in four of BN's values, store directly only: 14% of the multiples of 32 are runnable, 6%
-    # of the others), 1 in 25 with it (direct stores only) at M=128, the shapes it is for.
-    assert sum(T.check(c, BIG, H200) is None for c in plain) > len(plain) / 15
+    # Samplers draw from the whole space: at least 1 in 20 points without swap-AB must be
+    # runnable at 4096^3 (BK=128 and 256 stages fit few tiles and 2-3 deep rings; the BN widths
+    # off a multiple of 32, three in four of BN's values, store directly only), 1 in 25 with it
+    # (direct stores only) at M=128, the shapes it is for. A refused point costs a check() on
+    # the CPU and no budget, so this guards against a space mostly made of refusals.
+    assert sum(T.check(c, BIG, H200) is None for c in plain) > len(plain) / 20
     decode = GemmProblem(128, 4096, 4096)
     assert sum(T.check(c, decode, H200) is None for c in swapped) > len(swapped) / 25
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import gc
 import inspect
+import math
 import statistics
 import time
 from typing import Callable
@@ -208,6 +209,17 @@ def host_us(layer: torch.nn.Module, x: torch.Tensor, calls: int, cuda: bool) -> 
         torch.cuda.synchronize()
     t2 = time.perf_counter()
     return (t1 - t0) * 1e6 / calls, (t2 - t0) * 1e6 / calls
+
+
+def dearer_beyond_noise(pairs: list[list[float]], alpha: float = 0.025) -> bool:
+    """Whether the second of each (stock, patched) pair of alternating repeats is dearer beyond
+    chance: a one-sided sign test (under no difference each pair is a coin toss; ties count
+    against "dearer"). A host this noisy (nn.Linear itself 19-51 us a call across shapes on the
+    H200's host) makes a strict comparison of two medians a coin toss per shape."""
+    n = len(pairs)
+    wins = sum(patched > stock for stock, patched in pairs)
+    tail = sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
+    return n > 0 and tail <= alpha
 
 
 def rel_error(patched: torch.Tensor, stock: torch.Tensor) -> dict:

@@ -124,6 +124,13 @@ def test_the_summary_judges_each_bar_and_names_what_misses_it():
     assert s["logits"]["vs_rounded_twin"]["decode b=1"] == {"stock": 0.02, "patched": 0.03}
     assert (s["host_cost"]["ok"], s["host_cost"]["dearer"]) == (False, ["64x8x8"])
     assert s["all"] is False
+    # with each repeat's pair recorded, a median that is dearer by chance is not a verdict
+    noisy = [[20.0, 22.0], [21.0, 19.0], [19.5, 20.5], [22.0, 21.0], [20.0, 20.5]] * 3
+    report["host_cost"]["64x8x8"]["enqueue_pairs_us"] = noisy
+    s = bench.summarize(report)
+    assert s["host_cost"]["dearer"] == [] and s["host_cost"]["dearer_by_median"] == ["64x8x8"]
+    report["host_cost"]["64x8x8"]["enqueue_pairs_us"] = [[20.0, 20.4]] * 12 + [[20.0, 19.9]] * 3
+    assert bench.summarize(report)["host_cost"]["dearer"] == ["64x8x8"]
     # with the check at the depth the bar is judged there, the deep errors kept beside
     report["logits_at_depth"] = {
         "layers": 2, "rel_err": {"decode b=1": 0.004, "decode b=16": 0.006},

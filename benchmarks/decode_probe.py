@@ -120,6 +120,9 @@ def main() -> None:
                     help="also every membound_wgmma() config of each decode shape")
     ap.add_argument("--membound-bk", default="64", help="stage depths BK of those configs")
     ap.add_argument("--membound-clusters", default="1,2", help="their cluster sizes")
+    ap.add_argument("--membound-edges", type=int, default=0, metavar="N",
+                    help="up to N of those configs (drawn) on every edge shape too: the tails of "
+                         "M, N and K verified")
     args = ap.parse_args()
     families = args.families.split(",")
     decode_m = [int(m) for m in args.m.split(",")]
@@ -138,6 +141,12 @@ def main() -> None:
         for m, n, k in EDGE_SHAPES:
             p = GemmProblem(m, n, k)
             add("edge", name, p, sample(name, p, args.edge_configs, rng), "edge")
+    if args.membound_edges:
+        for m, n, k in EDGE_SHAPES:
+            p = GemmProblem(m, n, k)
+            built = membound_wgmma(p, depths, clusters)
+            add("edge", "wgmma_sm90", p, rng.sample(built, min(args.membound_edges, len(built))),
+                "edge")
         for label, (n, k) in LAYERS.items():
             for m in decode_m:
                 p = GemmProblem(m, n, k)

@@ -16,9 +16,10 @@
 #                     32 first run on a GPU here: every answer verified)
 #   membound4   (540) the same at M = 64 and 128 over Llama's four layers, 48-wide weight tiles
 #                     included (N = 6144 in 128 tiles, no split-K); alone in its call
-#   membound5   (540) M = 64 and 128 again, one CTA a cluster, with 128- and 256-deep stages
+#   membound5   (540) M = 64 and 129 again, one CTA a cluster, with 128- and 256-deep stages
 #                     (a weight row's stage in 2 or 4 adjacent boxes: the wgmma probes so far
-#                     loaded 64-deep stages only); alone in its call
+#                     loaded 64-deep stages only), 6 of them on each edge shape (K tails of a
+#                     256-deep stage verified); alone in its call
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,8 +54,8 @@ for name in "$@"; do
     membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 0 --m 64,128 --wgmma-membound --name membound4_probe ;;
     membound5) step membound5 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
-        --per-shape 0 --edge-configs 0 --m 64,128 --wgmma-membound --membound-bk 128,256 \
-        --membound-clusters 1 --name membound5_probe ;;
+        --per-shape 0 --edge-configs 0 --m 64,129 --wgmma-membound --membound-bk 128,256 \
+        --membound-clusters 1 --membound-edges 6 --name membound5_probe ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
   esac
 done

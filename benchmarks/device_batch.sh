@@ -8,6 +8,8 @@
 #
 # Steps (seconds allowed):
 #   l2reuse     (120) benchmarks/micro/l2_reuse.cu via stream_micro_h200.py --micro l2_reuse
+#                     (64-deep box stages with 0-256 activation rows, then 128/256-deep stages
+#                     and a pre-packed weight in one 1D bulk copy a stage)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept

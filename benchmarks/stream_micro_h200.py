@@ -5,7 +5,9 @@ guide the decode kernels' design; they are not GEMM results.
       loads), with how many bytes in flight and how many CTAs, gets closest to HBM bandwidth
       -> stream_micro_h200.json
   l2_reuse: what a CTA's L2-hot second operand (the activation tile every CTA re-reads, plain
-      or multicast to a 2-CTA cluster) costs while it streams its weight rows once
+      or multicast to a 2-CTA cluster) costs while it streams its weight rows once, and what
+      deeper stages (2 or 4 adjacent boxes a row) and a pre-packed weight (one 1D bulk copy a
+      stage) save
       -> l2_reuse_h200.json
 
 Build here (nvcc 13.0), then carry benchmarks/micro/build:
@@ -53,13 +55,16 @@ def best_stream(rows: list[dict]) -> dict:
 
 
 def reuse_slowdown(rows: list[dict]) -> dict:
-    """l2_reuse: per (shape, R, MC), each RA's time over the pure stream's (RA 0, MC 1)."""
-    alone = {(r["N"], r["K"], r["R"]): r["us"] for r in rows if r["RA"] == 0}
+    """l2_reuse: per (shape, R, stage depth KB, packed or not, MC), each RA's time over the
+    64-deep TMA-box stream's alone (KB 1, PACK 0, RA 0, MC 1): what deeper stages, the packed
+    weight and the activations each cost or save against that."""
+    alone = {(r["N"], r["K"], r["R"]): r["us"] for r in rows
+             if r["RA"] == 0 and r.get("KB", 1) == 1 and not r.get("PACK", 0)}
     table: dict[str, dict] = defaultdict(dict)
     for r in rows:
         base = alone.get((r["N"], r["K"], r["R"]))
         if base:
-            key = f'{r["N"]}x{r["K"]}/R{r["R"]}/MC{r["MC"]}'
+            key = f'{r["N"]}x{r["K"]}/R{r["R"]}/KB{r.get("KB", 1)}/P{r.get("PACK", 0)}/MC{r["MC"]}'
             table[key][f'RA{r["RA"]}'] = round(r["us"] / base, 3)
     return dict(table)
 

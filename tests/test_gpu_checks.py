@@ -170,3 +170,17 @@ def test_the_memory_bound_probe_tries_each_stage_depth_asked_for_in_the_deepest_
     # a 64-wide weight tile in 256-deep stages: 64 KB a stage, three of them in 227 KB
     narrow = next(c for c in configs if c["BK"] == 256 and c["BN"] == 64 and not c["SWAP_AB"])
     assert narrow["STAGES"] == 3
+
+
+def test_the_l2_reuse_table_compares_every_variant_with_the_64_deep_box_stream_alone():
+    micro = _load("stream_micro_h200")
+    row = dict(N=4096, K=4096, R=64, MC=1)
+    rows = [dict(row, RA=0, us=13.0),  # a row of the first run: no KB, no PACK (64-deep boxes)
+            dict(row, RA=64, us=13.65),
+            dict(row, RA=0, KB=4, PACK=0, us=11.7),
+            dict(row, RA=0, KB=4, PACK=1, us=9.1),
+            dict(row, RA=64, KB=4, PACK=1, us=9.75)]
+    table = micro.reuse_slowdown(rows)
+    assert table == {"4096x4096/R64/KB1/P0/MC1": {"RA0": 1.0, "RA64": 1.05},
+                     "4096x4096/R64/KB4/P0/MC1": {"RA0": 0.9},
+                     "4096x4096/R64/KB4/P1/MC1": {"RA0": 0.7, "RA64": 0.75}}

@@ -12,35 +12,42 @@
 // multicast); if it does not, the losses are elsewhere (split-K reduction, ramp, scheduling).
 // MC = 2 runs clusters of two CTAs (adjacent weight rows) that multicast the activation box
 // (each CTA issues half of it to both), as wgmma_sm90's CLUSTER_M does for its shared operand.
+// The weight's stage: KB adjacent 64-column boxes a row (wgmma_sm90's BK = 64 * KB), or with
+// PACK = 1 one 1D bulk copy of the same bytes from a weight pre-packed stage by stage (each
+// CTA's share contiguous, as a layout that stores every 64-column chunk of R rows already
+// swizzled would be: what wgmma reads from shared memory is the same).
 // Output: one JSON object per line (parameters, microseconds per launch, weight TB/s, L2 -> SM
 // TB/s of weight plus activation bytes).
 //
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
 //     benchmarks/micro/l2_reuse.cu -o benchmarks/micro/build/l2_reuse
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "micro_host.cuh"
 
-#include "tunefw/sm90.cuh"  // the mbarrier and TMA helpers of the kernel templates
+#include "rows_sm90.cuh"  // the mbarrier, TMA and bulk-copy helpers of the kernel templates
 
 using tunefw::sm90::u32;
 using tunefw::sm90::u64;
 using namespace tunefw::sm90;
+using tunefw::rows::bulk_load;
 
-
-constexpr int BK = 64;  // one 128-byte swizzled box per row, as the GEMMs load a stage
+constexpr int BOX = 64;  // the columns of one 128-byte swizzled box, as the GEMMs load a stage
 
 // One producer thread (warp 1, lane 0), one consumer warp (warp 0) that touches and frees each
 // stage. Stage s: weight box R x BK at ring + s * stage, activation box RA x BK after it.
 __global__ void __launch_bounds__(64) reuse_stream(const __grid_constant__ CUtensorMap wmap,
                                                    const __grid_constant__ CUtensorMap amap,
-                                                   int R, int RA, int STAGES, int K, int SPLIT,
-                                                   int MC, u32* out) {
+                                                   const unsigned char* packed, int R, int RA,
+                                                   int KB, int STAGES, int K, int SPLIT, int MC,
+                                                   u32* out) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const u32 ring = smem_u32(smem);
+  const int BK = BOX * KB;
   const int wbytes = R * BK * 2, abytes = RA * BK * 2, stage = wbytes + abytes;
   const u32 full = ring + STAGES * stage, empty = full + STAGES * 8;
   const int row0 = (blockIdx.x / SPLIT) * R, part = blockIdx.x % SPLIT;
@@ -71,12 +78,17 @@ __global__ void __launch_bounds__(64) reuse_stream(const __grid_constant__ CUten
       if (j >= STAGES) mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
       const u32 st = ring + s * stage;
       mbar_arrive_expect_tx(full + s * 8, stage);
-      const int k = (c0 + j) * BK;
-      tma_load_2d(st, &wmap, k, row0, full + s * 8);
-      if (RA && MC == 1) tma_load_2d(st + wbytes, &amap, k, 0, full + s * 8);
-      if (RA && MC > 1)
-        tma_load_2d_multicast(st + wbytes + rank * half * BK * 2, &amap, k, rank * half,
-                              full + s * 8, (unsigned short)((1u << MC) - 1));
+      for (int b = 0; b < KB; ++b) {
+        const int k = (c0 + j) * BK + b * BOX;
+        const u32 box = b * R * BOX * 2, abox = b * RA * BOX * 2;
+        if (!packed) tma_load_2d(st + box, &wmap, k, row0, full + s * 8);
+        if (RA && MC == 1) tma_load_2d(st + wbytes + abox, &amap, k, 0, full + s * 8);
+        if (RA && MC > 1)
+          tma_load_2d_multicast(st + wbytes + abox + rank * half * BOX * 2, &amap, k, rank * half,
+                                full + s * 8, (unsigned short)((1u << MC) - 1));
+      }
+      if (packed)  // this CTA's share of the packed weight: its stages back to back
+        bulk_load(st, packed + ((u64)row0 * K + (u64)(c0 + j) * R * BK) * 2, wbytes, full + s * 8);
     }
   }
   if (MC > 1) cluster_sync();  // no CTA leaves while its peer may still multicast into it
@@ -88,7 +100,7 @@ static CUtensorMap make_map(void* base, int rows, int K, int box_rows) {
   CUtensorMap m;
   cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
   cuuint64_t strides[1] = {(cuuint64_t)K * 2};
-  cuuint32_t box[2] = {(cuuint32_t)BK, (cuuint32_t)box_rows};
+  cuuint32_t box[2] = {(cuuint32_t)BOX, (cuuint32_t)box_rows};
   cuuint32_t es[2] = {1, 1};
   CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, es,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -126,49 +138,59 @@ int main(int argc, char** argv) {
       CK(cudaMemset(weights[c], (int)c + 1, wbytes));
     }
     for (int R : {64, 128}) {
-      for (int RA : {0, 64, 128, 256}) {
-        for (int MC : {1, 2}) {
-          const int split = N / R <= 32 ? 4 : N / R <= 64 ? 2 : 1;  // 96-128 CTAs, as the winners
-          if ((MC > 1 && RA == 0) || (N / R * split) % MC || (K / BK) % split) continue;
-          const int stage = (R + RA) * BK * 2;
-          const int stages = 8 < 196608 / stage ? 8 : 196608 / stage;
-          const int smem = stages * stage + stages * 16 + 1024;
-          std::vector<CUtensorMap> wm;
-          for (auto* w : weights) wm.push_back(make_map(w, N, K, R));
-          const CUtensorMap am = make_map(act, 256, K, RA ? RA / MC : 64);
-          const int grid = N / R * split;
-          cudaLaunchConfig_t cfg = {};
-          cudaLaunchAttribute attr[1];
-          cfg.gridDim = dim3(grid);
-          cfg.blockDim = dim3(64);
-          cfg.dynamicSmemBytes = smem;
-          attr[0].id = cudaLaunchAttributeClusterDimension;
-          attr[0].val.clusterDim.x = MC;
-          attr[0].val.clusterDim.y = 1;
-          attr[0].val.clusterDim.z = 1;
-          cfg.attrs = attr;
-          cfg.numAttrs = 1;
-          auto launch = [&](int i) {
-            CK(cudaLaunchKernelEx(&cfg, reuse_stream, wm[i % wm.size()], am, R, RA, stages, K,
-                                  split, MC, out));
-          };
-          for (size_t i = 0; i < wm.size(); ++i) launch((int)i);  // warm, activations into L2
-          CK(cudaDeviceSynchronize());
-          CK(cudaEventRecord(e0));
-          for (int i = 0; i < reps; ++i) launch(i);
-          CK(cudaEventRecord(e1));
-          CK(cudaEventSynchronize(e1));
-          CK(cudaGetLastError());
-          float ms = 0;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          const double us = ms * 1000.0 / reps;
-          const double l2_bytes = (double)wbytes + (double)grid * RA * (K / split) * 2 / MC;
-          printf("{\"N\":%d,\"K\":%d,\"R\":%d,\"RA\":%d,\"MC\":%d,\"split\":%d,\"stages\":%d,"
-                 "\"grid\":%d,\"us\":%.3f,\"weight_tbs\":%.4f,\"l2_to_sm_tbs\":%.4f}\n",
-                 N, K, R, RA, MC, split, stages, grid, us, wbytes / (us * 1e-6) / 1e12,
-                 l2_bytes / (us * 1e-6) / 1e12);
-          fflush(stdout);
-        }
+      // (KB, PACK, RA, MC): the 64-deep stages with every activation load, then deeper stages
+      // and the packed weight with none or 64 activation rows, no cluster
+      std::vector<std::array<int, 4>> variants;
+      for (int RA : {0, 64, 128, 256})
+        for (int MC : {1, 2}) variants.push_back({1, 0, RA, MC});
+      for (int KB : {1, 2, 4})
+        for (int PACK : {0, 1})
+          for (int RA : {0, 64})
+            if (KB > 1 || PACK) variants.push_back({KB, PACK, RA, 1});
+      for (const auto& v : variants) {
+        const int KB = v[0], PACK = v[1], RA = v[2], MC = v[3], BK = BOX * KB;
+        const int split = N / R <= 32 ? 4 : N / R <= 64 ? 2 : 1;  // 96-128 CTAs, as the winners
+        if ((MC > 1 && RA == 0) || (N / R * split) % MC || (K / BK) % split) continue;
+        const int stage = (R + RA) * BK * 2;
+        const int stages = 8 < 196608 / stage ? 8 : 196608 / stage;
+        const int smem = stages * stage + stages * 16 + 1024;
+        std::vector<CUtensorMap> wm;
+        for (auto* w : weights) wm.push_back(make_map(w, N, K, R));
+        const CUtensorMap am = make_map(act, 256, K, RA ? RA / MC : 64);
+        const int grid = N / R * split;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(64);
+        cfg.dynamicSmemBytes = smem;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = MC;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        auto launch = [&](int i) {
+          const unsigned char* packed = PACK ? weights[i % weights.size()] : nullptr;
+          CK(cudaLaunchKernelEx(&cfg, reuse_stream, wm[i % wm.size()], am, packed, R, RA, KB,
+                                stages, K, split, MC, out));
+        };
+        for (size_t i = 0; i < wm.size(); ++i) launch((int)i);  // warm, activations into L2
+        CK(cudaDeviceSynchronize());
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < reps; ++i) launch(i);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaGetLastError());
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = ms * 1000.0 / reps;
+        const double l2_bytes = (double)wbytes + (double)grid * RA * (K / split) * 2 / MC;
+        printf("{\"N\":%d,\"K\":%d,\"R\":%d,\"RA\":%d,\"MC\":%d,\"KB\":%d,\"PACK\":%d,"
+               "\"split\":%d,\"stages\":%d,\"grid\":%d,\"us\":%.3f,\"weight_tbs\":%.4f,"
+               "\"l2_to_sm_tbs\":%.4f}\n",
+               N, K, R, RA, MC, KB, PACK, split, stages, grid, us, wbytes / (us * 1e-6) / 1e12,
+               l2_bytes / (us * 1e-6) / 1e12);
+        fflush(stdout);
       }
     }
     for (auto* w : weights) CK(cudaFree(w));

@@ -22,6 +22,8 @@
 #                     (a weight row's stage in 2 or 4 adjacent boxes: the wgmma probes so far
 #                     loaded 64-deep stages only), 6 of them on each edge shape (K tails of a
 #                     256-deep stage verified); alone in its call
+#   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
+#                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +60,10 @@ for name in "$@"; do
     membound5) step membound5 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 0 --m 64,129 --wgmma-membound --membound-bk 128,256 \
         --membound-clusters 1 --membound-edges 6 --name membound5_probe ;;
+    sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
+        --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
+        --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \
+        --out "$OUT/sanitize_wgmma_sm90_bk256_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
   esac
 done

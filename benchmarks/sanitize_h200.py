@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 SHAPES = [(17, 24, 40), (129, 136, 264), (300, 1000, 520)]
+MAX_DRAWS = 200_000  # random draws before a sample that cannot be filled is an error
 
 
 def split(config: dict) -> int:
@@ -31,7 +32,7 @@ def split(config: dict) -> int:
 
 
 def sample_configs(family: str, n: int, seed: int, split_k: bool = False,
-                   where: dict | None = None) -> list[dict]:
+                   where: dict | None = None, max_draws: int = MAX_DRAWS) -> list[dict]:
     """n random configs valid on every sample shape (the default first, where valid: a runtime
     given an invalid one serves cuBLAS, which the sanitizer would not test); split_k: the sampled ones
     all split K (the partial-sum and reduction path); where: knob values every config holds
@@ -47,12 +48,19 @@ def sample_configs(family: str, n: int, seed: int, split_k: bool = False,
         return (all(config[k] == v for k, v in where.items())
                 and all(tpl.check(config, p, H200) is None for p in problems))
     configs = [c for c in [tpl.default_config()] if fits(c)]
-    while len(configs) < n:
+    for _ in range(max_draws):
+        if len(configs) >= n:
+            break
         config = {**{p.name: rng.choice(p.values) for p in tpl.params}, **where}
         if split_k and split(config) == 1:
             continue
         if config not in configs and fits(config):
             configs.append(config)
+    if len(configs) < n:  # e.g. split-K asked on a K that one stage of the asked BK covers
+        shapes = ", ".join("x".join(map(str, (p.M, p.N, p.K))) for p in problems)
+        raise SystemExit(f"--sample {n}: only {len(configs)} {family} config(s) in {max_draws} "
+                         f"draws fit {where or 'any knob'}{' with split-K' if split_k else ''} "
+                         f"on every shape ({shapes})")
     return configs
 
 

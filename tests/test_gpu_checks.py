@@ -184,3 +184,18 @@ def test_the_l2_reuse_table_compares_every_variant_with_the_64_deep_box_stream_a
     assert table == {"4096x4096/R64/KB1/P0/MC1": {"RA0": 1.0, "RA64": 1.05},
                      "4096x4096/R64/KB4/P0/MC1": {"RA0": 0.9},
                      "4096x4096/R64/KB4/P1/MC1": {"RA0": 0.7, "RA64": 0.75}}
+
+
+def test_the_sanitizer_sample_holds_the_asked_knobs_and_says_when_it_cannot_be_filled():
+    sanitize = _load("sanitize_h200")
+    # the default shapes have K = 40 and 264: one 256-deep stage covers both, nothing splits K
+    with pytest.raises(SystemExit, match=r"--sample 2: only 0 wgmma_sm90 config\(s\) in 500 "
+                                          r"draws fit \{'BK': 256\} with split-K"):
+        sanitize.sample_configs("wgmma_sm90", 2, 0, split_k=True, where={"BK": 256}, max_draws=500)
+    saved = list(sanitize.SHAPES)
+    sanitize.SHAPES[:] = [(17, 24, 520), (129, 136, 1032)]  # K tails past two and four stages
+    try:
+        configs = sanitize.sample_configs("wgmma_sm90", 2, 0, split_k=True, where={"BK": 256})
+    finally:
+        sanitize.SHAPES[:] = saved
+    assert len(configs) == 2 and all(c["BK"] == 256 and c["SPLIT_K"] > 1 for c in configs)

@@ -287,6 +287,8 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     __syncthreads();
   }
+  pdl_launch_dependents();
+  pdl_wait();  // every global access below (A, B, C, workspace) after the kernel before this one
 
   if (wg == 0) {
     // =============================== producer ==================================================

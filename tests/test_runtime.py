@@ -236,3 +236,92 @@ def test_known_plan_finds_the_plan_of_the_flattened_input_without_a_reshape():
     assert d.known_plan(torch.empty(2, 3, 16, device="meta"), w) is None
     assert d.known_plan(torch.empty(6, 16, device="meta"), w) is None
     assert d.known_plan(torch.empty(5, 16, device="meta"), w) is False  # not resolved yet
+
+
+class _RecordingDriver:
+    """cuda.bindings' launch calls, recorded (no GPU): which one a Plan makes, with what config."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def cuLaunchKernel(self, function, *rest):
+        self.calls.append(("cuLaunchKernel", rest))
+        return (0,)
+
+    def cuLaunchKernelEx(self, config, function, params, extra):
+        self.calls.append(("cuLaunchKernelEx", config))
+        return (0,)
+
+
+def _plan(family: str, config: dict, shape: tuple[int, int, int], programmatic: bool):
+    from tunefw.problem import GemmProblem
+    from tunefw.runtime.dispatch import DispatchEntry
+    from tunefw.runtime.plan import Plan
+
+    template = FAMILIES[family]
+    problem = GemmProblem(*shape)
+    entry = DispatchEntry(M=shape[0], N=shape[1], K=shape[2], dtype="bf16", layout="TN",
+                          family=family, config=config, tflops=1.0, cublas_tflops=1.0, trial_id=1)
+    launch = template.launch(config, problem, H200)
+    assert not launch.workspace_bytes  # no workspace: the plan allocates nothing on a device
+    plan = Plan(template, entry, problem, launch, object(), None, torch.device("cuda", 0),
+                programmatic=programmatic)
+    plan._cu = _RecordingDriver()
+    return plan, launch
+
+
+@pytest.mark.parametrize("programmatic", [True, False])
+def test_a_family_that_waits_for_the_kernel_before_it_is_launched_programmatically(programmatic):
+    from cuda.bindings import driver as cu
+
+    ids = cu.CUlaunchAttributeID
+    stream = FAMILIES["stream_sm90"]
+    plan, launch = _plan("stream_sm90", stream.default_config(), (8, 4096, 4096), programmatic)
+    plan.launch(0, 0)
+    plan.launch(0, 0)
+    (kind, _), (kind2, _) = plan._cu.calls
+    if not programmatic:  # no cluster, no serialization attribute: the plain launch
+        assert kind == kind2 == "cuLaunchKernel"
+        return
+    config = plan._cu.calls[0][1]
+    assert kind == kind2 == "cuLaunchKernelEx" and config is plan._cu.calls[1][1]  # built once
+    assert [a.id for a in config.attrs] == (
+        [ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION] if launch.cluster == (1, 1, 1)
+        else [ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+              ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION])
+    assert config.attrs[-1].value.programmaticStreamSerializationAllowed == 1
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ) == launch.grid
+
+
+def test_a_family_that_does_not_wait_is_never_launched_programmatically():
+    mma = FAMILIES["mma_sm80"]
+    plan, _ = _plan("mma_sm80", mma.default_config(), (256, 256, 256), programmatic=True)
+    plan.launch(0, 0)
+    assert not plan.programmatic and plan._cu.calls[0][0] == "cuLaunchKernel"
+
+
+def test_the_families_that_claim_programmatic_launches_wait_in_their_source():
+    from tunefw.templates.base import TEMPLATE_DIR
+
+    for name, family in FAMILIES.items():
+        text = "".join(p.read_text() for p in family.source_paths())
+        kernel = (TEMPLATE_DIR / family.source).read_text()
+        # a kernel launched programmatically that never waits would read the activations
+        # before the kernel that writes them has finished
+        assert family.programmatic_launch == ("pdl_wait()" in kernel), name
+        if family.programmatic_launch:
+            assert "griddepcontrol.wait" in text, name
+
+
+@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False),
+                                             ("off", False), ("No", False)])
+def test_programmatic_launches_follow_the_environment(tmp_path, monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("TUNEFW_PDL", raising=False)
+    else:
+        monkeypatch.setenv("TUNEFW_PDL", value)
+    assert Dispatcher(_table(tmp_path), gpu=H200).programmatic is expected
+    assert Dispatcher(_table(tmp_path), gpu=H200, programmatic=False).programmatic is False

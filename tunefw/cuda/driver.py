@@ -130,29 +130,39 @@ def configure(function: Any, launch: Launch) -> None:
               "setup", f"cluster of {math.prod(launch.cluster)} CTAs")
 
 
-def cluster_config(launch: Launch, stream: int) -> Any:
-    """The CUlaunchConfig of a cluster launch on ``stream`` (build once, reuse per stream)."""
+def launch_config(launch: Launch, stream: int, programmatic: bool = False) -> Any:
+    """The CUlaunchConfig of a launch on ``stream`` (build once, reuse per stream): its cluster
+    and, with ``programmatic``, programmatic stream serialization (the kernel may start while
+    the one before it on the stream finishes; it must wait for it itself: griddepcontrol.wait)."""
     config = cu.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = launch.grid
     config.blockDimX, config.blockDimY, config.blockDimZ = launch.block
     config.sharedMemBytes, config.hStream = launch.smem_bytes, cu.CUstream(stream)
-    attribute_ = cu.CUlaunchAttribute()
-    attribute_.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    dim = attribute_.value.clusterDim
-    dim.x, dim.y, dim.z = launch.cluster
-    config.attrs, config.numAttrs = [attribute_], 1
+    attrs = []
+    if launch.cluster != (1, 1, 1):
+        cluster = cu.CUlaunchAttribute()
+        cluster.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dim = cluster.value.clusterDim
+        dim.x, dim.y, dim.z = launch.cluster
+        attrs.append(cluster)
+    if programmatic:
+        serial = cu.CUlaunchAttribute()
+        serial.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        serial.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(serial)
+    config.attrs, config.numAttrs = attrs, len(attrs)
     return config
 
 
 def launch_raw(function: Any, launch: Launch, params: Any, stream: int,
                config: Any = None) -> cu.CUresult:
-    """One launch on ``stream``: cuLaunchKernel, or cuLaunchKernelEx with ``config`` (or one
-    built now) for a cluster; the driver's result code."""
-    if launch.cluster == (1, 1, 1):
+    """One launch on ``stream``: cuLaunchKernelEx with ``config``, else for a cluster with one
+    built now, else cuLaunchKernel; the driver's result code."""
+    if launch.cluster == (1, 1, 1) and config is None:
         (err,) = cu.cuLaunchKernel(function, *launch.grid, *launch.block, launch.smem_bytes,
                                    stream, params, 0)
     else:
-        (err,) = cu.cuLaunchKernelEx(config or cluster_config(launch, stream), function, params, 0)
+        (err,) = cu.cuLaunchKernelEx(config or launch_config(launch, stream), function, params, 0)
     return err
 
 

@@ -218,6 +218,7 @@ def run_bench(table: DispatchTable, against: tuple[str, ...], *, cubin_dir=None,
                                      "sm_clock_mhz", "power_limit_w", "cc", "sm_count")}
     return {"script": "tunefw bench", "date": datetime.date.today().isoformat(), "device": device,
             "simulated_table": table.simulated, "table_fingerprint": table.fingerprint,
+            "programmatic_launches": dispatcher.programmatic,
             "stream_read": bandwidth,
             "triton": None if triton is None else {"version": _triton_version(),
                                                    "configs": _triton_configs()},

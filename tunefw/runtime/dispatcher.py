@@ -42,7 +42,7 @@ from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.runtime import firstuse
 from tunefw.runtime import guard as guard_module
 from tunefw.runtime.guard import Guard, Timer
-from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan
+from tunefw.runtime.plan import ALIGN, TORCH_DTYPES, DeviceState, Plan, programmatic_by_env
 from tunefw.runtime.rules import Route, decide, shape as _shape
 from tunefw.runtime.shipped import read_manifest
 from tunefw.templates import FAMILIES
@@ -88,11 +88,14 @@ class Dispatcher:
     def __init__(self, path_or_table: str | Path | DispatchTable, *, cubin_dir: str | Path | None = None,
                  cache_dir: str | Path | None = None, gpu: DeviceSpec | None = None,
                  guard: bool | None = None, guard_timer: Timer | None = None,
-                 guard_cache: str | Path | bool | None = None, verify: bool | None = None) -> None:
+                 guard_cache: str | Path | bool | None = None, verify: bool | None = None,
+                 programmatic: bool | None = None) -> None:
         """``gpu`` stands in for the running GPU (its name, cc and limits); default: the driver's.
         ``guard``/``guard_timer``/``guard_cache``: the first-call guard (runtime/guard.py);
         ``verify``: each kernel's strict verification on each shape's first use
-        (runtime/firstuse.py; default on unless $TUNEFW_VERIFY turns it off)."""
+        (runtime/firstuse.py; default on unless $TUNEFW_VERIFY turns it off); ``programmatic``:
+        programmatic launches of the families that allow them (runtime/plan.py; default on unless
+        $TUNEFW_PDL turns it off)."""
         self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
         self.cubin_dir = Path(cubin_dir) if cubin_dir else None
         self.cache_dir = cache_dir
@@ -107,8 +110,14 @@ class Dispatcher:
         self._warned: set[str] = set()
         self._guard = Guard(self.table, guard, guard_timer, guard_cache)
         self._verify = firstuse.enabled_by_env() if verify is None else bool(verify)
+        self._programmatic = programmatic_by_env() if programmatic is None else bool(programmatic)
         self._wrong: dict[tuple, str] = {}  # (shape key, device) -> why its kernel failed there
         self._unverified: dict[tuple, str] = {}  # (shape key, device) -> why it was not verified
+
+    @property
+    def programmatic(self) -> bool:
+        """Whether the families that allow it are launched programmatically (runtime/plan.py)."""
+        return self._programmatic
 
     # ---- the hot path ------------------------------------------------------------------------
     def gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -334,7 +343,7 @@ class Dispatcher:
             self._warn(f"tunefw: kernel {name} unavailable ({exc}): its shapes use cuBLAS")
             return None
         return Plan(template, entry, problem, launch, function, dev.context,
-                     torch.device("cuda", index))
+                    torch.device("cuda", index), programmatic=self._programmatic)
 
 
 def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -9,10 +9,17 @@ checks, a few dict lookups and the launch. The split-K workspace is allocated an
 per plan (the kernels reset their own counters), so after the first call of a shape a call
 allocates only C and never synchronizes: it can be captured in a CUDA graph. One plan's
 workspace is shared: do not run the same split-K shape concurrently on two streams.
+
+A family whose kernels wait for the kernel before them themselves (``programmatic_launch``) is
+launched with programmatic stream serialization unless $TUNEFW_PDL turns it off: its CTAs start
+while that kernel's last CTAs finish and fetch what does not depend on it (the weight) meanwhile,
+which hides the launch gap and the pipeline's fill between a model's kernels (eagerly and in
+CUDA graphs, which keep the dependency). Tuning and its cuBLAS reference never launch this way.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import torch
@@ -25,6 +32,12 @@ from tunefw.templates.base import KernelTemplate, Launch
 ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
 TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 ALIGN = 16  # bytes: cp.async and TMA need 16-byte aligned operand rows
+PDL_ENV = "TUNEFW_PDL"
+
+
+def programmatic_by_env() -> bool:
+    """False when $TUNEFW_PDL turns programmatic launches off (0, false, no, off)."""
+    return os.environ.get(PDL_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _raw_stream_getter():
@@ -55,7 +68,10 @@ class Plan:
     """One (entry, shape, device): the loaded kernel, its geometry, workspace and argument buffers."""
 
     def __init__(self, template: KernelTemplate, entry: DispatchEntry, problem: GemmProblem,
-                 launch: Launch, function: Any, context: Any, device: torch.device) -> None:
+                 launch: Launch, function: Any, context: Any, device: torch.device,
+                 programmatic: bool = False) -> None:
+        """``programmatic``: launch with programmatic stream serialization (only for a family
+        whose kernels wait for the kernel before them: KernelTemplate.programmatic_launch)."""
         from cuda.bindings import driver as cu
         from tunefw.cuda import driver
 
@@ -70,7 +86,9 @@ class Plan:
         self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
         self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
         self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
-        self._configs: dict[int, Any] = {}  # cluster launches: CUlaunchConfig per stream
+        self.programmatic = bool(programmatic and template.programmatic_launch)
+        self._ex = self.programmatic or launch.cluster != (1, 1, 1)  # launched by cuLaunchKernelEx
+        self._configs: dict[int, Any] = {}  # cuLaunchKernelEx launches: CUlaunchConfig per stream
 
     def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
         """The argument buffer's address for these operands (built once per address triple)."""
@@ -84,18 +102,19 @@ class Plan:
             self._args[key] = packed
         return packed[0]
 
-    def _cluster_config(self, stream: int) -> Any:
+    def _config(self, stream: int) -> Any:
         config = self._configs.get(stream)
         if config is None:
-            config = self._configs[stream] = self._driver.cluster_config(self.launch_geometry, stream)
+            config = self._configs[stream] = self._driver.launch_config(
+                self.launch_geometry, stream, self.programmatic)
         return config
 
     def launch(self, params: int, stream: int) -> None:
         """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
-        if self.launch_geometry.cluster == (1, 1, 1):
-            (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+        if self._ex:
+            (err,) = self._cu.cuLaunchKernelEx(self._config(stream), self.function, params, 0)
         else:
-            (err,) = self._cu.cuLaunchKernelEx(self._cluster_config(stream), self.function, params, 0)
+            (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
         if err != self._cu.CUresult.CUDA_SUCCESS:
             self._retry(err, params, stream)
 
@@ -105,7 +124,7 @@ class Plan:
         if err in d.NO_CONTEXT_ERRORS:
             d.set_current(self.context)
             err = d.launch_raw(self.function, self.launch_geometry, params, stream,
-                               self._cluster_config(stream) if self.launch_geometry.cluster != (1, 1, 1) else None)
+                               self._config(stream) if self._ex else None)
         if err != d.E.CUDA_SUCCESS:
             raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
                                                f"{self.problem.key()}")

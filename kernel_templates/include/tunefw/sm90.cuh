@@ -55,6 +55,22 @@ __device__ __forceinline__ int opaque(int v) {
   return r;
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------
+// A kernel the runtime launches with programmatic stream serialization may start while the
+// kernel before it on the stream still runs: everything it does before pdl_wait() must touch
+// no global memory that kernel writes or reads (the weight, never written during serving, and
+// the tensor-map descriptors are fine; the activations, C and the workspace are not). Launched
+// without that attribute (tuning, the guard's reference), pdl_wait() returns at once and the
+// trigger has no dependent to release.
+// Let the next kernel on the stream (if it was launched to depend programmatically) start its
+// own prologue as SMs free up: issued by every thread of every CTA early, as nothing of this
+// kernel's output is its input until its own pdl_wait().
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+// Wait until the kernels this one depends on have finished and their writes are visible.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // ---- register reallocation (warp specialization) --------------------------------------------
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {

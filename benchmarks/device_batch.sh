@@ -12,6 +12,11 @@
 #                     and a pre-packed weight in one 1D bulk copy a stage)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
+#   modelpdl    (330) model_table_h200.py --redo export,hf: the table's cubins shipped again
+#                     (their manifest now says they wait for the kernel before), then the model
+#                     with programmatic launches
+#   hfnopdl     (200) hf_llama_h200.py on that table with TUNEFW_PDL=0 (run after modelpdl, in
+#                     the same call): the same model without them -> hf_llama_nopdl_h200.json
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
@@ -49,6 +54,11 @@ for name in "$@"; do
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
+    modelpdl) step modelpdl 330 python3 benchmarks/model_table_h200.py \
+        --commit "$TUNEFW_COMMIT" --redo export,hf --phases export,hf --budget-s 300 ;;
+    hfnopdl) step hfnopdl 200 env TUNEFW_PDL=0 python3 benchmarks/hf_llama_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" --budget-s 170 --out "$OUT/hf_llama_nopdl_h200.json" ;;
     decode6) step decode6 480 python3 benchmarks/decode_h200.py \
         --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
         benchmarks/studies/decode6_h200.yaml

@@ -352,7 +352,8 @@ def main() -> int:
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "python": platform.python_version(),
            "table": str(args.table), "table_hash": table_hash(dispatcher.table),
-           "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or "")}
+           "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or ""),
+           "programmatic_launches": dispatcher.programmatic}
     if cuda:
         env.update(gpu=torch.cuda.get_device_name(), nvidia_smi_start=smi())
     report = {"label": "CPU smoke (torch.matmul; not a GPU result)" if args.cpu_smoke

@@ -325,3 +325,20 @@ def test_programmatic_launches_follow_the_environment(tmp_path, monkeypatch, val
         monkeypatch.setenv("TUNEFW_PDL", value)
     assert Dispatcher(_table(tmp_path), gpu=H200).programmatic is expected
     assert Dispatcher(_table(tmp_path), gpu=H200, programmatic=False).programmatic is False
+
+
+def test_a_shipped_cubin_launches_programmatically_only_if_its_manifest_says_it_waits(tmp_path):
+    table = load(_table(tmp_path, [_entry(8, 4096, 4096, "stream_sm90")]))
+    manifest = ship_cubins(table, tmp_path / "cubins", "sm_90a", cache_dir=tmp_path / "cache")
+    ((name, kernel),) = manifest["kernels"].items()
+    assert kernel["programmatic"] is True
+    d = Dispatcher(table, cubin_dir=tmp_path / "cubins", gpu=H200)
+    assert d._kernel(table.entries[0], "sm_90a")[3] is True
+    # a directory shipped before the kernels waited: the same name, no such key
+    del manifest["kernels"][name]["programmatic"]
+    (tmp_path / "cubins" / "manifest.json").write_text(json.dumps(manifest))
+    old = Dispatcher(table, cubin_dir=tmp_path / "cubins", gpu=H200)
+    assert old._kernel(table.entries[0], "sm_90a")[3] is False
+    # compiled here from the family's source: as the family declares
+    fresh = Dispatcher(table, gpu=H200, cache_dir=tmp_path / "cache")
+    assert fresh._kernel(table.entries[0], "sm_90a")[3] is True

@@ -313,18 +313,20 @@ class Dispatcher:
             return f"kernel {name} from {self.cubin_dir}"
         return f"kernel {name} compiled on first use"
 
-    def _kernel(self, entry: DispatchEntry, arch: str) -> tuple[str, bytes, str]:
-        """(cache key, cubin, lowered name) from the cubin directory, else from the compiler."""
+    def _kernel(self, entry: DispatchEntry, arch: str) -> tuple[str, bytes, str, bool]:
+        """(cache key, cubin, lowered name, whether it waits for the kernel before it) from the
+        cubin directory (as its manifest says; unsaid: no), else from the compiler."""
         name = self._name(entry)
         shipped = (self._manifest or {}).get("kernels", {}).get(name)
         if shipped and self._manifest["arch"] == arch:
-            return shipped["file"], (self.cubin_dir / shipped["file"]).read_bytes(), shipped["lowered_name"]
+            return (shipped["file"], (self.cubin_dir / shipped["file"]).read_bytes(),
+                    shipped["lowered_name"], shipped.get("programmatic") is True)
         from tunefw.cuda.compiler import compile_kernel
-        result = compile_kernel(FAMILIES[entry.family], entry.config, entry.dtype, arch,
-                                cache_dir=self.cache_dir)
+        family = FAMILIES[entry.family]
+        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=self.cache_dir)
         if not result.ok:
             raise UserError(f"{result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
-        return result.key, result.cubin, result.lowered_name
+        return result.key, result.cubin, result.lowered_name, family.programmatic_launch
 
     def _build(self, entry: DispatchEntry, M: int, N: int, K: int, index: int) -> Plan | None:
         """Load or compile the entry's kernel for this shape; a failure sends it to cuBLAS."""
@@ -335,7 +337,7 @@ class Dispatcher:
         template = FAMILIES[entry.family]
         launch = template.launch(entry.config, problem, dev.spec)
         try:
-            key, cubin, lowered = self._kernel(entry, dev.spec.arch)
+            key, cubin, lowered, waits = self._kernel(entry, dev.spec.arch)
             function = dev.function(key, cubin, lowered, launch)
         except (UserError, CudaFailure, OSError) as exc:
             name = self._name(entry)
@@ -343,7 +345,7 @@ class Dispatcher:
             self._warn(f"tunefw: kernel {name} unavailable ({exc}): its shapes use cuBLAS")
             return None
         return Plan(template, entry, problem, launch, function, dev.context,
-                    torch.device("cuda", index), programmatic=self._programmatic)
+                    torch.device("cuda", index), programmatic=self._programmatic and waits)
 
 
 def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:

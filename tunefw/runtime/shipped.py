@@ -44,7 +44,10 @@ def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
         if not result.ok:
             raise UserError(f"{name}: {result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
         (out / f"{result.key}.cubin").write_bytes(result.cubin)
-        kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name}
+        # whether the cubin waits for the kernel before it (a cubin shipped before its family
+        # did, read without this key, is never launched programmatically: runtime/plan.py)
+        kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name,
+                         "programmatic": family.programmatic_launch}
     manifest = {"format": MANIFEST_FORMAT, "arch": arch, "kernels": kernels}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -12,6 +12,8 @@
 #                     and a pre-packed weight in one 1D bulk copy a stage)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
+#   pdlcheck    (150) pdl_check_h200.py: chained up/down GEMMs served with and without
+#                     programmatic launches agree bit for bit (eager, graphs) and their times
 #   modelpdl    (330) model_table_h200.py --redo export,hf: the table's cubins shipped again
 #                     (their manifest now says they wait for the kernel before), then the model
 #                     with programmatic launches
@@ -54,6 +56,7 @@ for name in "$@"; do
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
+    pdlcheck) step pdlcheck 150 python3 benchmarks/pdl_check_h200.py --commit "$TUNEFW_COMMIT" ;;
     modelpdl) step modelpdl 330 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo export,hf --phases export,hf --budget-s 300 ;;
     hfnopdl) step hfnopdl 200 env TUNEFW_PDL=0 python3 benchmarks/hf_llama_h200.py \

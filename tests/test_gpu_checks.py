@@ -199,3 +199,22 @@ def test_the_sanitizer_sample_holds_the_asked_knobs_and_says_when_it_cannot_be_f
     finally:
         sanitize.SHAPES[:] = saved
     assert len(configs) == 2 and all(c["BK"] == 256 and c["SPLIT_K"] > 1 for c in configs)
+
+
+def test_the_pdl_chain_and_its_reference_are_the_same_computation():
+    import torch
+
+    pdl = _load("pdl_check_h200")
+
+    class Exact:  # what a correct dispatcher computes: the fp32 product rounded to bf16
+        def gemm(self, a, b):
+            return torch.nn.functional.linear(a.float(), b.float()).to(torch.bfloat16)
+
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(16 if i % 2 == 0 else 8, 8 if i % 2 == 0 else 16, generator=gen)
+               .to(torch.bfloat16) for i in range(4)]
+    x = torch.randn(3, 8, generator=gen).to(torch.bfloat16)
+    out = pdl.chain(Exact(), x, weights)
+    assert out.shape == (3, 8) and torch.equal(out, pdl.reference(x, weights))
+    assert pdl.rel_err(out, out) == 0.0
+    assert not torch.equal(out, pdl.chain(Exact(), x, weights[:2]))  # every link counts

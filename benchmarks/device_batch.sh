@@ -40,9 +40,20 @@ export OUT=$(mktemp -d /tmp/batch.XXXXXX)
 log=$final_out/batch.log
 source benchmarks/device_setup.sh >>"$log" 2>&1 || { echo "setup failed" | tee -a "$log"; exit 1; }
 
+# The whole call has BATCH_S seconds (a device call is cut at 600 and then hands back nothing
+# packed): a step gets its own limit or what is left of them, whichever is less, and is skipped
+# when under 30 s are left.
+BATCH_S=${BATCH_S:-560}
+
 step() {  # NAME SECONDS COMMAND...: run it, record its exit status and time
   local name=$1 limit=$2 start=$SECONDS
   shift 2
+  local left=$((BATCH_S - SECONDS))
+  if ((left < 30)); then
+    summary+=("$(printf '%-11s skipped: %d s left of the call' "$name" "$left")")
+    return
+  fi
+  ((limit > left)) && limit=$left
   echo "=== $name (limit ${limit} s): $*" >>"$log"
   timeout --kill-after=20 "$limit" "$@" >>"$log" 2>&1
   local rc=$?

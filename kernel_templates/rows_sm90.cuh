@@ -112,9 +112,9 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
   if (tid == 0) sm90::init_ring_barriers(full, empty, STAGES, WARPS);
   __syncthreads();
   sm90::pdl_launch_dependents();
+  sm90::pdl_wait();  // every global access below after the kernel before this one
 
-  if (warp == WARPS) {  // producer: one thread copies each stage's rows (the weight only: it
-                        // needs no wait for the kernel before, which never writes it)
+  if (warp == WARPS) {  // producer: one thread copies each stage's rows
     if (lane == 0) {
       for (int j = 0; j < stages; ++j) {
         const int s = j % STAGES, r = r0 + j * RS;
@@ -137,7 +137,6 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, OCC)
   const bool odd = g & 1;
   const int pairs = (K + 63) >> 6;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  sm90::pdl_wait();  // A and C: after the kernel before this one
   uint4 a_lo[KP][2], a_hi[KP][2];  // rows g and g + 8 of A; blocks 0 and 1 of each pair
 #pragma unroll
   for (int kp = 0; kp < KP; ++kp) {

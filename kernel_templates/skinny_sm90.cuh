@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(WARPS * 32, OCC)
       for (int j = 0; j < 4; ++j) acc[i][t][j] = 0.f;
 
   sm90::pdl_launch_dependents();
-  sm90::pdl_wait();  // A, B and C are read and written together: after the kernel before this one
+  sm90::pdl_wait();  // every global access below after the kernel before this one
   const Rows<RT, MT> rows = rows_of<RT, MT>(A, B, M, N, K, n0, g);
   Step<RT, MT, KV> ring[PF];
 #pragma unroll

@@ -128,33 +128,20 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
       for (int j = 0; j < 4; ++j) acc[i][m][j] = 0.f;
 
   sm90::pdl_launch_dependents();
+  sm90::pdl_wait();  // every global access below after the kernel before this one
   if (warp == WARPS) {  // producer: one thread issues each chunk's boxes
     if (lane == 0) {
-      // The first ring of weight boxes goes out before the wait for the kernel before this one
-      // (the weight is never written while serving), the activation boxes after it.
-      const int pre = imin(STAGES, c_end - c_begin);
-      for (int j = 0; j < pre; ++j) {  // full boxes: TMA zero-fills the edges
-        sm90::mbar_arrive_expect_tx(full + j * 8, (u32)L::STAGE);
-#pragma unroll
-        for (int x = 0; x < L::BOXES; ++x)
-          sm90::tma_load_2d(ring + (u32)(j * L::STAGE + x * L::B_BOX), &tmap_b,
-                            (c_begin + j) * BK + x * 64, n0, full + j * 8);
-      }
-      sm90::pdl_wait();
       for (int ch = c_begin; ch < c_end; ++ch) {
         const int j = ch - c_begin, s = j % STAGES;
         const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
-        if (j >= STAGES) {
-          sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
-          sm90::mbar_arrive_expect_tx(bar, (u32)L::STAGE);
+        if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+        sm90::mbar_arrive_expect_tx(bar, (u32)L::STAGE);  // full boxes: TMA zero-fills edges
 #pragma unroll
-          for (int x = 0; x < L::BOXES; ++x)
-            sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, ch * BK + x * 64, n0, bar);
+        for (int x = 0; x < L::BOXES; ++x) {
+          const int k = ch * BK + x * 64;
+          sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
+          sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
         }
-#pragma unroll
-        for (int x = 0; x < L::BOXES; ++x)
-          sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, ch * BK + x * 64, 0,
-                            bar);
       }
     }
   } else {  // consumers
@@ -168,7 +155,6 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     }
   }
 
-  sm90::pdl_wait();  // C (and a rank without chunks, which loaded nothing) after the kernel before
   swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS>(
       reinterpret_cast<float*>(smem + L::RING), acc, tid, rank, n0, C, bias, M, N);
 }

@@ -288,6 +288,7 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
   }
   pdl_launch_dependents();
+  pdl_wait();  // every global access below (A, B, C, workspace) after the kernel before this one
 
   if (wg == 0) {
     // =============================== producer ==================================================
@@ -307,41 +308,9 @@ __global__ void __launch_bounds__(384, 1)
       unsigned short mask_a = 0, mask_b = 0;  // A shared along the cluster's N, B along M
       for (int j = 0; j < CLUSTER_N; ++j) mask_a |= (unsigned short)(1u << (rx + j * CLUSTER_M));
       for (int i = 0; i < CLUSTER_M; ++i) mask_b |= (unsigned short)(1u << (i + ry * CLUSTER_M));
-      // Stage s's boxes of k-block kb: A's (load_a) and B's (load_b), on its full barrier.
-      auto issue = [&](int s, int kb, int a_row, int b_row, bool load_a, bool load_b) {
-        const u32 fb = full_bar + 8 * s;
-#pragma unroll
-        for (int c = 0; c < KCH; ++c) {
-          const int kc = kb * BK + c * (SW / 2);
-          const u32 da = sA + s * A_BYTES + c * BM * SW + ry * A_SLICE * SW;
-          const u32 db = sB + s * B_BYTES + c * BN * SW + rx * B_SLICE * SW;
-          if (load_a && CLUSTER_N == 1) tma_load_2d(da, &tmap_a, kc, a_row, fb);
-          if (load_a && CLUSTER_N > 1) tma_load_2d_multicast(da, &tmap_a, kc, a_row, fb, mask_a);
-          if (load_b && CLUSTER_M == 1) tma_load_2d(db, &tmap_b, kc, b_row, fb);
-          if (load_b && CLUSTER_M > 1) tma_load_2d_multicast(db, &tmap_b, kc, b_row, fb, mask_b);
-        }
-      };
       int it = 0;
       Work work(cid, ncl, cm_tiles * cn_tiles, k_iters);
       Unit u;
-      // The weight's boxes of the first unit's first ring go out before the wait for the kernel
-      // before this one (the weight, B or under swap-AB A, is never written while serving; the
-      // ring's slots are all free), its other boxes and everything else after it.
-      int pre = 0;
-      {
-        Work peek = work;
-        if (peek.next(u)) {
-          int tm, tn;
-          cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
-          pre = u.kb1 - u.kb0 < STAGES ? u.kb1 - u.kb0 : STAGES;
-          for (int i = 0; i < pre; ++i) {
-            mbar_arrive_expect_tx(full_bar + 8 * i, A_BYTES + B_BYTES);
-            issue(i, u.kb0 + i, tm * BM + ry * A_SLICE, tn * BN + rx * B_SLICE, SWAP_AB != 0,
-                  SWAP_AB == 0);
-          }
-        }
-      }
-      pdl_wait();
       while (work.next(u)) {
         int tm, tn;
         cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
@@ -352,16 +321,28 @@ __global__ void __launch_bounds__(384, 1)
           const int s = it % STAGES;
           const u32 ph = (u32)(it / STAGES) & 1u;
           mbar_wait(empty_bar + 8 * s, ph ^ 1u);  // released by every CTA this one writes into
-          const bool whole = it >= pre;  // else the weight's boxes went out before the wait
-          if (whole) mbar_arrive_expect_tx(full_bar + 8 * s, A_BYTES + B_BYTES);
-          issue(s, kb, a_row, b_row, whole || SWAP_AB == 0, whole || SWAP_AB != 0);
+          const u32 fb = full_bar + 8 * s;
+          mbar_arrive_expect_tx(fb, A_BYTES + B_BYTES);
+#pragma unroll
+          for (int c = 0; c < KCH; ++c) {
+            const int kc = kb * BK + c * (SW / 2);
+            const u32 da = sA + s * A_BYTES + c * BM * SW + ry * A_SLICE * SW;
+            const u32 db = sB + s * B_BYTES + c * BN * SW + rx * B_SLICE * SW;
+            if (CLUSTER_N == 1)
+              tma_load_2d(da, &tmap_a, kc, a_row, fb);
+            else
+              tma_load_2d_multicast(da, &tmap_a, kc, a_row, fb, mask_a);
+            if (CLUSTER_M == 1)
+              tma_load_2d(db, &tmap_b, kc, b_row, fb);
+            else
+              tma_load_2d_multicast(db, &tmap_b, kc, b_row, fb, mask_b);
+          }
         }
       }
     }
   } else {
     // =============================== consumers =================================================
     setmaxnreg_inc<kConsumerRegs>();
-    pdl_wait();  // C and the workspace after the kernel before this one
     // The schedule (identical in every role and every CTA of a cluster). Computed after
     // setmaxnreg in each role so that nothing is live across the register reallocation.
     const int num_m = (M + BM - 1) / BM;

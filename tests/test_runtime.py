@@ -303,17 +303,25 @@ def test_a_family_that_does_not_wait_is_never_launched_programmatically():
     assert not plan.programmatic and plan._cu.calls[0][0] == "cuLaunchKernel"
 
 
-def test_the_families_that_claim_programmatic_launches_wait_in_their_source():
+GLOBAL_ACCESSES = ("tma_load_2d(", "tma_load_2d_multicast(", "bulk_load(", "ld_global",
+                   "load_step<", "reduce_store<", "atomicAdd(", "tma_store_2d")
+
+
+def test_the_families_that_claim_programmatic_launches_wait_before_any_global_access():
     from tunefw.templates.base import TEMPLATE_DIR
 
     for name, family in FAMILIES.items():
         text = "".join(p.read_text() for p in family.source_paths())
         kernel = (TEMPLATE_DIR / family.source).read_text()
-        # a kernel launched programmatically that never waits would read the activations
-        # before the kernel that writes them has finished
+        # launched programmatically, a kernel may start while the kernels before it still run:
+        # whatever it reads or writes in global memory before its wait can race with them
         assert family.programmatic_launch == ("pdl_wait()" in kernel), name
-        if family.programmatic_launch:
-            assert "griddepcontrol.wait" in text, name
+        if not family.programmatic_launch:
+            continue
+        assert "griddepcontrol.wait" in text, name
+        body = kernel[kernel.index("__global__"):]
+        first = min((body.index(a), a) for a in GLOBAL_ACCESSES if a in body)
+        assert body.index("pdl_wait()") < first[0], f"{name}: {first[1]} before pdl_wait()"
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False),

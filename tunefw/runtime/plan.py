@@ -12,9 +12,9 @@ workspace is shared: do not run the same split-K shape concurrently on two strea
 
 A family whose kernels wait for the kernel before them themselves (``programmatic_launch``) is
 launched with programmatic stream serialization unless $TUNEFW_PDL turns it off: its CTAs start
-while that kernel's last CTAs finish and fetch what does not depend on it (the weight) meanwhile,
-which hides the launch gap and the pipeline's fill between a model's kernels (eagerly and in
-CUDA graphs, which keep the dependency). Tuning and its cuBLAS reference never launch this way.
+and set up (barriers, descriptors; no global memory) while that kernel's last CTAs finish, which
+hides the launch gap between a model's kernels (eagerly and in CUDA graphs, which keep the
+dependency). Tuning and its cuBLAS reference never launch this way.
 """
 from __future__ import annotations
 

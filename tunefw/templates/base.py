@@ -203,8 +203,8 @@ class KernelTemplate:
     min_cc: int = 80
     needs_arch_suffix: bool = False  # True where the kernel needs sm_90a-style features
     tensor_op: str | None = None  # the SASS opcode its math must compile to (HMMA, HGMMA)
-    # True where the kernel touches nothing the kernel before it on the stream writes or reads
-    # until griddepcontrol.wait: the runtime may then launch it programmatically (runtime/plan.py)
+    # True where the kernel touches no global memory until griddepcontrol.wait: the runtime may
+    # then launch it programmatically (runtime/plan.py)
     programmatic_launch: bool = False
     dtype_codes: Mapping[str, int] = {"bf16": 0, "fp16": 1}  # the kernel's first template argument
     params: tuple[Param, ...] = ()

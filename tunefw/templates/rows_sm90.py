@@ -48,7 +48,7 @@ class RowsSm90(KernelTemplate):
     kernel = "gemm_rows_sm90"
     min_cc = 90  # cp.async.bulk with mbarrier transaction counts
     tensor_op = "HMMA"
-    programmatic_launch = True  # waits (pdl_wait) before the activations, C and workspace
+    programmatic_launch = True  # pdl_wait() before any global memory access
 
     params = (
         Param("RS", (8, 4, 16, 32), "whole rows of B per ring stage (RS*K*2 bytes); an 8-row "

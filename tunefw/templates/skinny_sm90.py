@@ -64,7 +64,7 @@ class SkinnySm90(KernelTemplate):
     kernel = "gemm_skinny_sm90"
     min_cc = 90  # thread-block clusters and DSMEM
     tensor_op = "HMMA"
-    programmatic_launch = True  # waits (pdl_wait) before the activations, C and workspace
+    programmatic_launch = True  # pdl_wait() before any global memory access
 
     params = (
         Param("BN", (32, 16, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles"),

@@ -54,7 +54,7 @@ class StreamSm90(KernelTemplate):
     kernel = "gemm_stream_sm90"
     min_cc = 90  # TMA, mbarrier transaction counts, clusters and DSMEM
     tensor_op = "HMMA"
-    programmatic_launch = True  # waits (pdl_wait) before the activations, C and workspace
+    programmatic_launch = True  # pdl_wait() before any global memory access
 
     params = (
         Param("BN", (32, 16, 48, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles "

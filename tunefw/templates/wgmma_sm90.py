@@ -49,7 +49,7 @@ class WgmmaSm90(KernelTemplate):
     min_cc = 90
     tensor_op = "HGMMA"
     needs_arch_suffix = True
-    programmatic_launch = True  # waits (pdl_wait) before the activations, C and workspace
+    programmatic_launch = True  # pdl_wait() before any global memory access
 
     params = (
         Param("BM", (128, 64, 256), "tile rows per CTA (of M; of N under SWAP_AB)"),

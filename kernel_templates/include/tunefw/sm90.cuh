@@ -57,14 +57,15 @@ __device__ __forceinline__ int opaque(int v) {
 
 // ---- programmatic dependent launch ----------------------------------------------------------
 // A kernel the runtime launches with programmatic stream serialization may start while the
-// kernel before it on the stream still runs: everything it does before pdl_wait() must touch
-// no global memory that kernel writes or reads (the weight, never written during serving, and
-// the tensor-map descriptors are fine; the activations, C and the workspace are not). Launched
-// without that attribute (tuning, the guard's reference), pdl_wait() returns at once and the
-// trigger has no dependent to release.
+// kernels before it on the stream still run (a chain of such kernels, each triggering early,
+// can overlap more than one): before pdl_wait() it must touch no global memory at all. Not the
+// weight either: tunefw.gemm's B can be any tensor, and an optimizer step writes a Linear's
+// weight right before the next forward. What it can do early is its prologue (barriers, the
+// tensor-map prefetch from the kernel's parameters). Launched without that attribute (tuning,
+// the guard's reference), pdl_wait() returns at once and the trigger has no dependent.
 // Let the next kernel on the stream (if it was launched to depend programmatically) start its
-// own prologue as SMs free up: issued by every thread of every CTA early, as nothing of this
-// kernel's output is its input until its own pdl_wait().
+// own prologue as SMs free up: issued by every thread of every CTA early, as the next kernel
+// reads nothing before its own pdl_wait(), which waits for this kernel to finish.
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }

@@ -288,7 +288,6 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
   }
   pdl_launch_dependents();
-  pdl_wait();  // every global access below (A, B, C, workspace) after the kernel before this one
 
   if (wg == 0) {
     // =============================== producer ==================================================
@@ -311,6 +310,20 @@ __global__ void __launch_bounds__(384, 1)
       int it = 0;
       Work work(cid, ncl, cm_tiles * cn_tiles, k_iters);
       Unit u;
+      {  // the weight's boxes (B, A under swap-AB) of the first ring into L2 while the kernel
+         // before this one ends; every global access after the wait
+        Work first = work;
+        if (first.next(u)) {
+          int tm, tn;
+          cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
+          const int w_row = SWAP_AB ? tm * BM + ry * A_SLICE : tn * BN + rx * B_SLICE;
+          for (int kb = u.kb0; kb < u.kb1 && kb < u.kb0 + STAGES; ++kb)
+            for (int c = 0; c < KCH; ++c)
+              tma_prefetch_l2_2d(SWAP_AB ? (const void*)&tmap_a : (const void*)&tmap_b,
+                                 kb * BK + c * (SW / 2), w_row);
+        }
+      }
+      pdl_wait();
       while (work.next(u)) {
         int tm, tn;
         cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
@@ -343,6 +356,7 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     // =============================== consumers =================================================
     setmaxnreg_inc<kConsumerRegs>();
+    pdl_wait();  // C and the workspace after the kernel before this one
     // The schedule (identical in every role and every CTA of a cluster). Computed after
     // setmaxnreg in each role so that nothing is live across the register reallocation.
     const int num_m = (M + BM - 1) / BM;

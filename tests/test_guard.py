@@ -38,10 +38,11 @@ class FakeTimer:
 
 class FakePlan:
     def __init__(self, M, N, K):
-        self.problem, self.ran = GemmProblem(M, N, K), 0
+        self.problem, self.ran, self.programmatic = GemmProblem(M, N, K), 0, []
 
-    def __call__(self, a, b):
+    def __call__(self, a, b, lead=None, programmatic=True):
         self.ran += 1
+        self.programmatic.append(programmatic)  # how each call asked to be launched
         return torch.matmul(a, b.t())
 
 
@@ -64,6 +65,7 @@ def test_a_slower_kernel_is_replaced_by_cublas_and_remembered(tmp_path):
     assert d.route(1024, 4096, 4096, "bf16").path == "calibrated"  # between two measured Ms
     kept, plan = _first_call(d, 1024)
     assert kept is None and plan.ran == 1 and timer.calls == 1
+    assert plan.programmatic == [False]  # timed as the sweeps time: a plain launch after a flush
     route = d.route(1024, 4096, 4096, "bf16")
     assert (route.path, route.rule, route.ratio) == ("cublas", "bucket", 0.5)
     assert d.explain(1024, 4096, 4096) == (
@@ -242,8 +244,9 @@ class MarkedPlan(FakePlan):
         super().__init__(M, N, K)
         self.entry, self.mark = entry, float(entry.M)
 
-    def __call__(self, a, b, lead=None):
+    def __call__(self, a, b, lead=None, programmatic=True):
         self.ran += 1
+        self.programmatic.append(programmatic)
         return torch.full((*(lead or (a.shape[0],)), b.shape[0]), self.mark, dtype=a.dtype)
 
 

@@ -350,3 +350,26 @@ def test_a_shipped_cubin_launches_programmatically_only_if_its_manifest_says_it_
     # compiled here from the family's source: as the family declares
     fresh = Dispatcher(table, gpu=H200, cache_dir=tmp_path / "cache")
     assert fresh._kernel(table.entries[0], "sm_90a")[3] is True
+
+
+def test_a_plan_launched_plainly_keeps_its_cluster_and_drops_the_serialization():
+    from types import SimpleNamespace
+
+    wg = FAMILIES["wgmma_sm90"]
+    config = dict(wg.default_config(), CLUSTER_M=2)
+    plan, launch = _plan("wgmma_sm90", config, (4096, 4096, 4096), programmatic=True)
+    assert launch.cluster != (1, 1, 1) and plan.programmatic
+    calls = []
+
+    def launch_config(geometry, stream, programmatic=False):
+        calls.append(("config", programmatic))
+        return "cluster config"
+
+    def launch_raw(function, geometry, params, stream, config=None):
+        calls.append(("launch", config))
+        return 0
+
+    plan._driver = SimpleNamespace(launch_config=launch_config, launch_raw=launch_raw,
+                                   E=SimpleNamespace(CUDA_SUCCESS=0))
+    plan.launch_plain(0, 0)
+    assert calls == [("config", False), ("launch", "cluster config")] and plan._cu.calls == []

@@ -144,7 +144,8 @@ def cuda_measure(cubin_dir: str | Path | None = None,
     def measure(entry: DispatchEntry, problem: GemmProblem) -> tuple[float, float]:
         one = DispatchTable(False, {"name": evaluator.device_spec().name,
                                     "cc": evaluator.device_spec().cc}, [entry])
-        dispatcher = Dispatcher(one, cubin_dir=cubin_dir, cache_dir=cache_dir, guard=False)
+        dispatcher = Dispatcher(one, cubin_dir=cubin_dir, cache_dir=cache_dir, guard=False,
+                                programmatic=False)  # a decision: plain launches (runtime/plan.py)
         row = bench_entry(dispatcher, problem, next(counter), flush, None)
         if row["path"] == "cublas" or row["wrong"]:
             return 0.0, row["cublas_tflops"]

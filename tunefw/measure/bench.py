@@ -202,7 +202,8 @@ def run_bench(table: DispatchTable, against: tuple[str, ...], *, cubin_dir=None,
     from tunefw.evaluate.cuda import CudaEvaluator
 
     evaluator = CudaEvaluator(0)  # the device fingerprint (NVML clocks, power) and float32 reference
-    dispatcher = Dispatcher(table, cubin_dir=cubin_dir, cache_dir=cache_dir)
+    # kernel against cuBLAS after L2 flushes: plain launches, as the sweeps timed (runtime/plan.py)
+    dispatcher = Dispatcher(table, cubin_dir=cubin_dir, cache_dir=cache_dir, programmatic=False)
     triton = triton_matmul() if "triton" in against else None
     flush = method.L2Flush(evaluator.device_spec().l2_bytes)
     bandwidth = stream_read_tbs()  # what memory-bound rows are read against, this run

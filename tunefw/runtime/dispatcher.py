@@ -234,7 +234,8 @@ class Dispatcher:
     def _first_call(self, route: Route, plan: Plan, a: torch.Tensor, b: torch.Tensor,
                     dev: DeviceState) -> Plan | None:
         """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
-        decided = self._guard.first_call(route, plan.problem, dev.spec, lambda: plan(a, b),
+        decided = self._guard.first_call(route, plan.problem, dev.spec,
+                                         lambda: plan(a, b, programmatic=False),
                                          lambda: torch.matmul(a, b.t()))
         return plan if decided.entry is not None else None
 

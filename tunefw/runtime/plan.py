@@ -14,7 +14,10 @@ A family whose kernels wait for the kernel before them themselves (``programmati
 launched with programmatic stream serialization unless $TUNEFW_PDL turns it off: its CTAs start
 and set up (barriers, descriptors; no global memory) while that kernel's last CTAs finish, which
 hides the launch gap between a model's kernels (eagerly and in CUDA graphs, which keep the
-dependency). Tuning and its cuBLAS reference never launch this way.
+dependency). Tuning and its cuBLAS reference never launch this way, and neither do the runtime's
+own kernel-against-cuBLAS decisions and benchmarks (the guard, calibration, tunefw bench: a plan
+called with ``programmatic=False``): their timed launches follow an L2 flush, whose tail an
+early start would overlap, so the decisions hold without the overlap and serving gets it on top.
 """
 from __future__ import annotations
 
@@ -116,25 +119,35 @@ class Plan:
         else:
             (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
         if err != self._cu.CUresult.CUDA_SUCCESS:
-            self._retry(err, params, stream)
+            self._retry(err, params, stream, self._config(stream) if self._ex else None)
 
-    def _retry(self, err: Any, params: int, stream: int) -> None:
-        """A thread without this device's context current: set it and launch again, once."""
+    def launch_plain(self, params: int, stream: int) -> None:
+        """The launch without programmatic stream serialization (its cluster kept)."""
+        d = self._driver
+        config = (d.launch_config(self.launch_geometry, stream)
+                  if self.launch_geometry.cluster != (1, 1, 1) else None)
+        err = d.launch_raw(self.function, self.launch_geometry, params, stream, config)
+        if err != d.E.CUDA_SUCCESS:
+            self._retry(err, params, stream, config)
+
+    def _retry(self, err: Any, params: int, stream: int, config: Any) -> None:
+        """A thread without this device's context current: set it and launch again, once
+        (with ``config``: cuLaunchKernelEx's, else a plain launch)."""
         d = self._driver
         if err in d.NO_CONTEXT_ERRORS:
             d.set_current(self.context)
-            err = d.launch_raw(self.function, self.launch_geometry, params, stream,
-                               self._config(stream) if self._ex else None)
+            err = d.launch_raw(self.function, self.launch_geometry, params, stream, config)
         if err != d.E.CUDA_SUCCESS:
             raise d.CudaFailure(err, "launch", f"tunefw {self.entry.family} kernel for "
                                                f"{self.problem.key()}")
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, lead: tuple[int, ...] | None = None
-                 ) -> torch.Tensor | None:
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, lead: tuple[int, ...] | None = None,
+                 programmatic: bool = True) -> torch.Tensor | None:
         """C for operands of this plan's shape, or None when the kernel cannot read them
         (misaligned or not contiguous): the caller then uses torch.matmul. ``lead``: C's leading
         dimensions (their product is M; default (M,)), for an ``a`` of any rank whose rows are
-        M x K in memory: a 3-D input gets its 3-D C without a reshape on either side."""
+        M x K in memory: a 3-D input gets its 3-D C without a reshape on either side.
+        ``programmatic=False``: a plain launch even where the plan launches programmatically."""
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
             return None
@@ -144,7 +157,10 @@ class Plan:
         c_ptr = c.data_ptr()
         packed = self._args.get((a_ptr, b_ptr, c_ptr))
         params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)
-        self.launch(params, current_stream(self.index))
+        if programmatic or not self.programmatic:
+            self.launch(params, current_stream(self.index))
+        else:
+            self.launch_plain(params, current_stream(self.index))
         return c
 
 

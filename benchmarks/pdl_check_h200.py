@@ -1,8 +1,8 @@
 """Programmatic launches on the GPU: are chained tunefw GEMMs still exact, and what do they save?
 
 A chain feeds each GEMM's output to the next (an MLP's up and down projections of Llama-3-8B,
-N x K = 14336 x 4096 then 4096 x 14336, at the model table's decode M), with a small torch
-kernel between some links writing the next input in place, and nothing kept alive between links:
+N x K = 14336 x 4096 then 4096 x 14336, at M the model table has exact entries for), with a small
+torch kernel between some links writing the next input in place, and nothing kept alive between:
 the caching allocator hands a GEMM's output the memory its predecessor's input had, so a kernel
 that read its activations or wrote C before its griddepcontrol.wait would show. The chain runs
 served by two dispatchers over the same table, one launching programmatically and one not; the
@@ -105,7 +105,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", type=Path,
                     default=REPO / "benchmarks/state/hf_llama3_8b_state.tar.gz")
-    ap.add_argument("--m", default="1,16", help="tokens (the table's decode M: exact entries)")
+    ap.add_argument("--m", default="1,16,512",
+                    help="tokens: the model table's exact M (1 and 16: rows_sm90 and stream_sm90 "
+                         "links, 512: a wgmma_sm90 link; the others cuBLAS routes)")
     ap.add_argument("--repeats", type=int, default=50, help="chains compared bit for bit per mode")
     ap.add_argument("--rounds", type=int, default=21, help="interleaved timing rounds")
     ap.add_argument("--commit")

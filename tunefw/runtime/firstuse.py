@@ -16,7 +16,6 @@ explain() says so. Off with ``Dispatcher(..., verify=False)`` or ``TUNEFW_VERIFY
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Callable
 
@@ -26,6 +25,7 @@ from tunefw.device import DeviceSpec
 from tunefw.evaluate import method
 from tunefw.evaluate.strict import GuardedOutput, Operands, strict_verify
 from tunefw.problem import GemmProblem
+from tunefw.runtime.env import switch
 from tunefw.runtime.plan import Plan, current_stream
 
 ENV = "TUNEFW_VERIFY"
@@ -36,7 +36,7 @@ Launcher = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 def enabled_by_env() -> bool:
     """False when $TUNEFW_VERIFY turns first-use verification off (0, false, no, off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV)
 
 
 def verify_first_use(problem: GemmProblem, launch: Launcher, small_grid: Launcher | None,

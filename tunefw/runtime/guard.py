@@ -25,6 +25,7 @@ from typing import Callable
 
 from tunefw.device import DeviceSpec
 from tunefw.runtime.dispatch import DispatchTable
+from tunefw.runtime.env import switch
 
 # (kernel launch, cuBLAS launch) -> (kernel ms, cuBLAS ms), estimated from interleaved launches
 Timer = Callable[[Callable[[], object], Callable[[], object]], tuple[float, float]]
@@ -58,7 +59,7 @@ def gpu_key(gpu: DeviceSpec) -> str:
 
 def enabled_by_env() -> bool:
     """False when $TUNEFW_GUARD turns the guard off (0, false, no, off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV)
 
 
 def default_cache_path() -> Path:

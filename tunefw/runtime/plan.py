@@ -22,7 +22,6 @@ early start would overlap, so the decisions hold without the overlap and serving
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ import torch
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry
+from tunefw.runtime.env import switch
 from tunefw.templates.base import KernelTemplate, Launch
 
 ARG_SETS_KEPT = 4096  # argument buffers cached per plan (distinct a, b, c address triples)
@@ -40,7 +40,7 @@ PDL_ENV = "TUNEFW_PDL"
 
 def programmatic_by_env() -> bool:
     """False when $TUNEFW_PDL turns programmatic launches off (0, false, no, off)."""
-    return os.environ.get(PDL_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(PDL_ENV)
 
 
 def _raw_stream_getter():

@@ -353,23 +353,17 @@ def test_a_shipped_cubin_launches_programmatically_only_if_its_manifest_says_it_
 
 
 def test_a_plan_launched_plainly_keeps_its_cluster_and_drops_the_serialization():
-    from types import SimpleNamespace
+    from cuda.bindings import driver as cu
 
+    ids = cu.CUlaunchAttributeID
     wg = FAMILIES["wgmma_sm90"]
     config = dict(wg.default_config(), CLUSTER_M=2)
     plan, launch = _plan("wgmma_sm90", config, (4096, 4096, 4096), programmatic=True)
     assert launch.cluster != (1, 1, 1) and plan.programmatic
-    calls = []
-
-    def launch_config(geometry, stream, programmatic=False):
-        calls.append(("config", programmatic))
-        return "cluster config"
-
-    def launch_raw(function, geometry, params, stream, config=None):
-        calls.append(("launch", config))
-        return 0
-
-    plan._driver = SimpleNamespace(launch_config=launch_config, launch_raw=launch_raw,
-                                   E=SimpleNamespace(CUDA_SUCCESS=0))
-    plan.launch_plain(0, 0)
-    assert calls == [("config", False), ("launch", "cluster config")] and plan._cu.calls == []
+    plan.launch(0, 0, programmatic=False)
+    plan.launch(0, 0)
+    (kind, plain), (kind2, serial) = plan._cu.calls
+    assert kind == kind2 == "cuLaunchKernelEx"
+    assert [a.id for a in plain.attrs] == [ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION]
+    assert [a.id for a in serial.attrs] == [ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                            ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]

@@ -90,8 +90,9 @@ class Plan:
         self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
         self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
         self.programmatic = bool(programmatic and template.programmatic_launch)
-        self._ex = self.programmatic or launch.cluster != (1, 1, 1)  # launched by cuLaunchKernelEx
-        self._configs: dict[int, Any] = {}  # cuLaunchKernelEx launches: CUlaunchConfig per stream
+        self._cluster = launch.cluster != (1, 1, 1)
+        # cuLaunchKernelEx launches: CUlaunchConfig per (stream, programmatic)
+        self._configs: dict[tuple[int, bool], Any] = {}
 
     def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
         """The argument buffer's address for these operands (built once per address triple)."""
@@ -105,29 +106,23 @@ class Plan:
             self._args[key] = packed
         return packed[0]
 
-    def _config(self, stream: int) -> Any:
-        config = self._configs.get(stream)
+    def _config(self, stream: int, programmatic: bool) -> Any:
+        config = self._configs.get((stream, programmatic))
         if config is None:
-            config = self._configs[stream] = self._driver.launch_config(
-                self.launch_geometry, stream, self.programmatic)
+            config = self._configs[stream, programmatic] = self._driver.launch_config(
+                self.launch_geometry, stream, programmatic)
         return config
 
-    def launch(self, params: int, stream: int) -> None:
-        """The raw launch: one kernel on ``stream`` with a prepared argument buffer."""
-        if self._ex:
-            (err,) = self._cu.cuLaunchKernelEx(self._config(stream), self.function, params, 0)
-        else:
+    def launch(self, params: int, stream: int, programmatic: bool = True) -> None:
+        """The raw launch: one kernel on ``stream`` with a prepared argument buffer, with
+        programmatic stream serialization where the plan has it and ``programmatic`` asks."""
+        pdl = programmatic and self.programmatic
+        config = self._config(stream, pdl) if pdl or self._cluster else None
+        if config is None:
             (err,) = self._cu.cuLaunchKernel(self.function, *self._dims, stream, params, 0)
+        else:
+            (err,) = self._cu.cuLaunchKernelEx(config, self.function, params, 0)
         if err != self._cu.CUresult.CUDA_SUCCESS:
-            self._retry(err, params, stream, self._config(stream) if self._ex else None)
-
-    def launch_plain(self, params: int, stream: int) -> None:
-        """The launch without programmatic stream serialization (its cluster kept)."""
-        d = self._driver
-        config = (d.launch_config(self.launch_geometry, stream)
-                  if self.launch_geometry.cluster != (1, 1, 1) else None)
-        err = d.launch_raw(self.function, self.launch_geometry, params, stream, config)
-        if err != d.E.CUDA_SUCCESS:
             self._retry(err, params, stream, config)
 
     def _retry(self, err: Any, params: int, stream: int, config: Any) -> None:
@@ -157,10 +152,7 @@ class Plan:
         c_ptr = c.data_ptr()
         packed = self._args.get((a_ptr, b_ptr, c_ptr))
         params = packed[0] if packed is not None else self.args(a_ptr, b_ptr, c_ptr)
-        if programmatic or not self.programmatic:
-            self.launch(params, current_stream(self.index))
-        else:
-            self.launch_plain(params, current_stream(self.index))
+        self.launch(params, current_stream(self.index), programmatic)
         return c
 
 

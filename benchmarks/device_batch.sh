@@ -16,7 +16,7 @@
 #                     programmatic launches agree bit for bit (eager, graphs) and their times
 #   modelpdl    (330) model_table_h200.py --redo export,hf: the table's cubins shipped again
 #                     (their manifest now says they wait for the kernel before), then the model
-#                     with programmatic launches
+#                     with programmatic launches (TUNEFW_PDL=1: they are off by default)
 #   hfnopdl     (200) hf_llama_h200.py on that table with TUNEFW_PDL=0 (run after modelpdl, in
 #                     the same call): the same model without them -> hf_llama_nopdl_h200.json
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
@@ -68,7 +68,7 @@ for name in "$@"; do
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
     pdlcheck) step pdlcheck 150 python3 benchmarks/pdl_check_h200.py --commit "$TUNEFW_COMMIT" ;;
-    modelpdl) step modelpdl 330 python3 benchmarks/model_table_h200.py \
+    modelpdl) step modelpdl 330 env TUNEFW_PDL=1 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo export,hf --phases export,hf --budget-s 300 ;;
     hfnopdl) step hfnopdl 200 env TUNEFW_PDL=0 python3 benchmarks/hf_llama_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \

@@ -324,8 +324,8 @@ def test_the_families_that_claim_programmatic_launches_wait_before_any_global_ac
         assert body.index("pdl_wait()") < first[0], f"{name}: {first[1]} before pdl_wait()"
 
 
-@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False),
-                                             ("off", False), ("No", False)])
+@pytest.mark.parametrize("value, expected", [(None, False), ("", False), ("1", True),
+                                             ("on", True), ("0", False), ("No", False)])
 def test_programmatic_launches_follow_the_environment(tmp_path, monkeypatch, value, expected):
     if value is None:
         monkeypatch.delenv("TUNEFW_PDL", raising=False)
@@ -333,6 +333,7 @@ def test_programmatic_launches_follow_the_environment(tmp_path, monkeypatch, val
         monkeypatch.setenv("TUNEFW_PDL", value)
     assert Dispatcher(_table(tmp_path), gpu=H200).programmatic is expected
     assert Dispatcher(_table(tmp_path), gpu=H200, programmatic=False).programmatic is False
+    assert Dispatcher(_table(tmp_path), gpu=H200, programmatic=True).programmatic is True
 
 
 def test_a_shipped_cubin_launches_programmatically_only_if_its_manifest_says_it_waits(tmp_path):

@@ -94,8 +94,8 @@ class Dispatcher:
         ``guard``/``guard_timer``/``guard_cache``: the first-call guard (runtime/guard.py);
         ``verify``: each kernel's strict verification on each shape's first use
         (runtime/firstuse.py; default on unless $TUNEFW_VERIFY turns it off); ``programmatic``:
-        programmatic launches of the families that allow them (runtime/plan.py; default on unless
-        $TUNEFW_PDL turns it off)."""
+        programmatic launches of the families that allow them (runtime/plan.py; default off
+        unless $TUNEFW_PDL turns it on)."""
         self.table = path_or_table if isinstance(path_or_table, DispatchTable) else load(path_or_table)
         self.cubin_dir = Path(cubin_dir) if cubin_dir else None
         self.cache_dir = cache_dir

@@ -6,6 +6,8 @@ import os
 OFF = ("0", "false", "no", "off")
 
 
-def switch(name: str) -> bool:
-    """Whether the switch $name is on: unset or anything but 0, false, no, off (any case)."""
-    return os.environ.get(name, "1").strip().lower() not in OFF
+def switch(name: str, default: bool = True) -> bool:
+    """Whether the switch $name is on: anything but 0, false, no, off (any case); ``default``
+    when it is unset or empty."""
+    value = os.environ.get(name, "").strip().lower()
+    return default if not value else value not in OFF

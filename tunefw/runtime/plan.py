@@ -11,7 +11,7 @@ allocates only C and never synchronizes: it can be captured in a CUDA graph. One
 workspace is shared: do not run the same split-K shape concurrently on two streams.
 
 A family whose kernels wait for the kernel before them themselves (``programmatic_launch``) is
-launched with programmatic stream serialization unless $TUNEFW_PDL turns it off: its CTAs start
+launched with programmatic stream serialization when $TUNEFW_PDL turns it on: its CTAs start
 and set up (barriers, descriptors; no global memory) while that kernel's last CTAs finish, which
 hides the launch gap between a model's kernels (eagerly and in CUDA graphs, which keep the
 dependency). Tuning and its cuBLAS reference never launch this way, and neither do the runtime's
@@ -39,8 +39,10 @@ PDL_ENV = "TUNEFW_PDL"
 
 
 def programmatic_by_env() -> bool:
-    """False when $TUNEFW_PDL turns programmatic launches off (0, false, no, off)."""
-    return switch(PDL_ENV)
+    """True only when $TUNEFW_PDL turns programmatic launches on (1, true, yes, on): off by
+    default until a programmatic chain replayed from a CUDA graph matches the plain one bit for
+    bit on the GPU (benchmarks/results/pdl_check_h200.json)."""
+    return switch(PDL_ENV, default=False)
 
 
 def _raw_stream_getter():

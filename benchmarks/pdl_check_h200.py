@@ -37,14 +37,49 @@ UP, DOWN = (14336, 4096), (4096, 14336)  # (N, K) of the chain's two links
 LINKS = 8  # up, down, up, down, ...
 
 
-def chain(dispatcher: tunefw.Dispatcher, x: torch.Tensor,
-          weights: list[torch.Tensor]) -> torch.Tensor:
-    """x through every weight in turn (dispatcher.gemm), scaled in place after every other link."""
+def chain(dispatcher: tunefw.Dispatcher, x: torch.Tensor, weights: list[torch.Tensor],
+          scale: bool = True) -> torch.Tensor:
+    """x through every weight in turn (dispatcher.gemm), scaled in place after every other link
+    (``scale=False``: GEMMs back to back, nothing between them)."""
     for i, w in enumerate(weights):
         x = dispatcher.gemm(x, w)
-        if i % 2 == 0:
+        if scale and i % 2 == 0:
             x.mul_(0.5)  # a torch kernel writes the next GEMM's input in place
     return x
+
+
+def captured(fn) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """fn() captured in a CUDA graph, and the graph's output tensor."""
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def replays(graph: torch.cuda.CUDAGraph, out: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """The graph's output after each of ``n`` replays."""
+    got = []
+    for _ in range(n):
+        graph.replay()
+        got.append(out.clone())
+    return got
+
+
+def localize(pdl: tunefw.Dispatcher, x: torch.Tensor, weights: list[torch.Tensor],
+             scale: bool) -> dict:
+    """Where a programmatic graph first parts from the same chain run eagerly: each prefix of
+    the chain captured alone, replayed 5 times, compared with its eager output bit for bit."""
+    by_links = {}
+    for links in range(1, len(weights) + 1):
+        eager = chain(pdl, x, weights[:links], scale)
+        graph, out = captured(lambda: chain(pdl, x.clone(), weights[:links], scale))
+        got = replays(graph, out, 5)
+        by_links[links] = {"equal_eager": sum(torch.equal(g, eager) for g in got),
+                           "max_abs_diff": max((g.float() - eager.float()).abs().max().item()
+                                               for g in got)}
+        del graph
+    return by_links
 
 
 def reference(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
@@ -74,28 +109,28 @@ def run_m(m: int, serial: tunefw.Dispatcher, pdl: tunefw.Dispatcher, repeats: in
     ref = reference(x, weights)
     eager_same = all(torch.equal(chain(serial, x, weights), chain(pdl, x, weights))
                      for _ in range(repeats))
-    graphs = {}
-    for name, d in (("serial", serial), ("programmatic", pdl)):
-        static_in = x.clone()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = chain(d, static_in, weights)
-        graphs[name] = (graph, static_out)
-    outs = {}
-    for name, (graph, out) in graphs.items():
-        graph.replay()
-        outs[name] = [out.clone()]
-        for _ in range(repeats - 1):
-            graph.replay()
-            outs[name].append(out.clone())
+    graphs = {name: captured(lambda d=d: chain(d, x.clone(), weights))
+              for name, d in (("serial", serial), ("programmatic", pdl))}
+    outs = {name: replays(graph, out, repeats) for name, (graph, out) in graphs.items()}
     graph_same = all(torch.equal(a, b) for a, b in zip(outs["serial"], outs["programmatic"]))
     graph_eager = torch.equal(outs["serial"][0], plain)
+    pdl_graph = outs["programmatic"]
+    diagnosis = {  # what the programmatic graph's outputs are, when they are not the plain ones
+        "serial_replays_agree": all(torch.equal(g, plain) for g in outs["serial"]),
+        "programmatic_replays_agree": all(torch.equal(g, pdl_graph[0]) for g in pdl_graph),
+        "programmatic_graph_equals_eager": sum(torch.equal(g, fast) for g in pdl_graph),
+        "programmatic_graph_rel_err_vs_fp32_chain": max(rel_err(g, ref) for g in pdl_graph),
+        "differing_elements": max(int((g != fast).sum().item()) for g in pdl_graph),
+        "elements": fast.numel(),
+    }
+    if not graph_same:
+        diagnosis["prefixes"] = localize(pdl, x, weights, True)
+        diagnosis["prefixes_no_torch_kernel"] = localize(pdl, x, weights, False)
     timed = interleaved(graphs["serial"][0].replay, graphs["programmatic"][0].replay, rounds,
                         20, True)
     return {"M": m, "routes": routes, "bitwise_eager": eager_same and torch.equal(plain, fast),
             "bitwise_graph": graph_same, "graph_equals_eager": graph_eager,
-            "rel_err_vs_fp32_chain": rel_err(fast, ref),
+            "rel_err_vs_fp32_chain": rel_err(fast, ref), "graph_diagnosis": diagnosis,
             "programmatic_plans": pdl.programmatic,
             "serial_ms": timed["stock"], "programmatic_ms": timed["patched"],
             "speedup": timed["speedup"], "rounds": rounds}

@@ -218,3 +218,34 @@ def test_the_pdl_chain_and_its_reference_are_the_same_computation():
     assert out.shape == (3, 8) and torch.equal(out, pdl.reference(x, weights))
     assert pdl.rel_err(out, out) == 0.0
     assert not torch.equal(out, pdl.chain(Exact(), x, weights[:2]))  # every link counts
+
+
+def test_the_pdl_graph_check_tells_a_programmatic_graph_that_parts_from_the_plain_one():
+    import torch
+
+    pdl = _load("pdl_check_h200")
+
+    class Replayed:  # a captured graph: each replay writes its values into its output tensor
+        def __init__(self, values, out):
+            self.values, self.out, self.n = values, out, 0
+
+        def replay(self):
+            self.out.copy_(self.values[min(self.n, len(self.values) - 1)])
+            self.n += 1
+
+    plain = torch.arange(6.0).reshape(2, 3).to(torch.bfloat16)
+    wrong = plain.clone()
+    wrong[1, 2] += 4  # one element off, from the second replay on
+    serial_out, pdl_out = torch.empty_like(plain), torch.empty_like(plain)
+    graphs = {"serial": (Replayed([plain], serial_out), serial_out),
+              "programmatic": (Replayed([plain, wrong], pdl_out), pdl_out)}
+    got = pdl.graph_check(graphs, plain, plain, plain, 3)
+    assert (got["bitwise_graph"], got["graph_equals_eager"], got["serial_replays_agree"]) == \
+        (False, True, True)
+    assert (got["programmatic_replays_agree"], got["programmatic_graph_equals_eager"],
+            got["differing_elements"], got["elements"]) == (False, 1, 1, 6)
+    assert got["programmatic_graph_rel_err_vs_fp32_chain"] > 0
+    agree = {"serial": (Replayed([plain], serial_out), serial_out),
+             "programmatic": (Replayed([plain], pdl_out), pdl_out)}
+    assert pdl.graph_check(agree, plain, plain, plain, 3)["bitwise_graph"] is True
+    assert pdl.graph_input(plain, "gemm") is plain and pdl.graph_input(plain, "copy") is not plain

@@ -9,8 +9,9 @@ confirmed), exported as recorded sweeps with a summary.
 Four studies in one state database: records_tpe_s0..2 (sampler tpe, seeds 0-2, 160 trials per
 problem) first, then records_uniform (sampler uniform: the first 2000 configs of a seeded
 uniformly random order of each problem's valid space). Each call decompresses the carried
-state (benchmarks/state/records/records_h200.db.xz), launches what is left within --budget-s,
-and writes the state back ($OUT, else the state folder) after each launch; a second call
+state (benchmarks/state/records/records_h200.db.xz: committed, so it travels with the tree
+to a device call), launches what is left within --budget-s, and writes the state back ($OUT,
+else the state folder) after each launch; a second call
 resumes where the first stopped (a launch resumes a study's rows, nothing is measured twice).
 When every study is complete it exports the sweeps (one directory per study under
 sweeps/wgmma_sm90_h200/) and the summary (record_sweeps_h200.json: GPU, driver, clocks, date,
@@ -58,11 +59,10 @@ SWEEPS = "wgmma_sm90_h200"  # the sweeps' directory under benchmarks/sweeps/
 UNIFORM_SEED = 0
 LAUNCH_OVERHEAD_S = 45.0  # a launch's Ray start, first compile and drain beyond its time limit
 MIN_LAUNCH_S = 60.0  # no launch starts with less of the budget left than this
-# A wgmma_sm90 trial with strict checks and an anchored screen, averaged over the five shapes
-# (the pipeline keeps them level): ~8/s at 4096^3 (9.1 measured for mma_sm80), ~4/s at
-# 8192x28672x4096, ~3.5/s at M <= 128 (the decode sweeps' 3.4-3.6, timed as CUDA graphs too),
-# ~6/s at 257x4096x4096: a harmonic mean of about 4.5 a GPU
-EST_TRIALS_PER_S_PER_GPU = 4.5
+# A wgmma_sm90 trial with strict checks and an anchored screen over the five shapes in turn:
+# 2.7-3.3 trials/s on one H200 (the first calls' launches, 2026-12-02, confirmation included),
+# used until a call of this recording has measured its own rate
+EST_TRIALS_PER_S_PER_GPU = 3.0
 SMI_FIELDS = ("index", "name", "uuid", "driver_version", "clocks.sm", "clocks.mem",
               "clocks.max.sm", "clocks.max.mem", "power.draw", "power.limit", "temperature.gpu")
 

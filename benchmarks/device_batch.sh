@@ -10,6 +10,11 @@
 #   l2reuse     (120) benchmarks/micro/l2_reuse.cu via stream_micro_h200.py --micro l2_reuse
 #                     (64-deep box stages with 0-256 activation rows, then 128/256-deep stages
 #                     and a pre-packed weight in one 1D bulk copy a stage)
+#   l2reuseocc   (60) the same micro's two-CTAs-an-SM variants only (--occ): does a second CTA
+#                     per SM, which wgmma_sm90 cannot have, stream the weight faster?
+#   records     (560) record_sweeps_h200.py --gpus 1 (issue 17's recording, resumed from the
+#                     committed state; its launches get what the call has left less 60 s, so
+#                     the state is packed before the step's limit; commit it before the next call)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   pdlcheck    (150) pdl_check_h200.py: chained up/down GEMMs served with and without
@@ -64,6 +69,9 @@ summary=()
 for name in "$@"; do
   case $name in
     l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
+    l2reuseocc) step l2reuseocc 60 python3 benchmarks/stream_micro_h200.py --micro l2_reuse --occ ;;
+    records) step records 560 python3 benchmarks/record_sweeps_h200.py --gpus 1 \
+        --budget-s $((BATCH_S - SECONDS - 60)) --commit "$TUNEFW_COMMIT" ;;  # packs its state in time
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;

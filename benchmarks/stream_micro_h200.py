@@ -6,9 +6,9 @@ guide the decode kernels' design; they are not GEMM results.
       -> stream_micro_h200.json
   l2_reuse: what a CTA's L2-hot second operand (the activation tile every CTA re-reads, plain
       or multicast to a 2-CTA cluster) costs while it streams its weight rows once, and what
-      deeper stages (2 or 4 adjacent boxes a row) and a pre-packed weight (one 1D bulk copy a
-      stage) save
-      -> l2_reuse_h200.json
+      deeper stages (2 or 4 adjacent boxes a row), a pre-packed weight (one 1D bulk copy a
+      stage) and two CTAs an SM save
+      -> l2_reuse_h200.json (--occ: only the two-CTA variants -> l2_reuse_occ_h200.json)
 
 Build here (nvcc 13.0), then carry benchmarks/micro/build:
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernel_templates \
@@ -55,16 +55,19 @@ def best_stream(rows: list[dict]) -> dict:
 
 
 def reuse_slowdown(rows: list[dict]) -> dict:
-    """l2_reuse: per (shape, R, stage depth KB, packed or not, MC), each RA's time over the
-    64-deep TMA-box stream's alone (KB 1, PACK 0, RA 0, MC 1): what deeper stages, the packed
-    weight and the activations each cost or save against that."""
+    """l2_reuse: per (shape, R, stage depth KB, packed or not, MC, CTAs an SM), each RA's time
+    over the 64-deep TMA-box stream's alone at one CTA an SM (KB 1, PACK 0, RA 0, MC 1, OCC 1):
+    what deeper stages, the packed weight, two CTAs an SM and the activations each cost or save
+    against that."""
     alone = {(r["N"], r["K"], r["R"]): r["us"] for r in rows
-             if r["RA"] == 0 and r.get("KB", 1) == 1 and not r.get("PACK", 0)}
+             if r["RA"] == 0 and r.get("KB", 1) == 1 and not r.get("PACK", 0)
+             and r.get("OCC", 1) == 1}
     table: dict[str, dict] = defaultdict(dict)
     for r in rows:
         base = alone.get((r["N"], r["K"], r["R"]))
         if base:
-            key = f'{r["N"]}x{r["K"]}/R{r["R"]}/KB{r.get("KB", 1)}/P{r.get("PACK", 0)}/MC{r["MC"]}'
+            key = (f'{r["N"]}x{r["K"]}/R{r["R"]}/KB{r.get("KB", 1)}/P{r.get("PACK", 0)}'
+                   f'/MC{r["MC"]}/OCC{r.get("OCC", 1)}')
             table[key][f'RA{r["RA"]}'] = round(r["us"] / base, 3)
     return dict(table)
 
@@ -72,10 +75,14 @@ def reuse_slowdown(rows: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--micro", choices=sorted(RESULTS), default="stream_bw")
-    micro = parser.parse_args().micro
+    parser.add_argument("--occ", action="store_true",
+                        help="l2_reuse: only the two-CTAs-an-SM variants and their baselines")
+    args = parser.parse_args()
+    micro = args.micro
+    name = "l2_reuse_occ_h200.json" if args.occ else RESULTS[micro]
     try:  # a hung kernel (a multicast protocol bug) costs two minutes, not the device call
-        lines = subprocess.run([str(BUILD / micro), "30"], capture_output=True, text=True,
-                               check=True, timeout=120).stdout
+        lines = subprocess.run([str(BUILD / micro), "30", *(["occ"] if args.occ else [])],
+                               capture_output=True, text=True, check=True, timeout=120).stdout
     except subprocess.TimeoutExpired as hung:
         out = hung.stdout or b""  # bytes on POSIX even in text mode
         lines = (out.decode() if isinstance(out, bytes) else out) + '\n{"hung": true}'
@@ -90,7 +97,7 @@ def main() -> None:
               "device": device(), "hung_after_rows": len(rows) if hung else None, "rows": rows,
               ("best" if micro == "stream_bw" else "time_over_pure_stream"): summary}
     out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
-    (out_dir / RESULTS[micro]).write_text(json.dumps(result, indent=1))
+    (out_dir / name).write_text(json.dumps(result, indent=1))
     for key, value in sorted(summary.items()):
         if micro == "stream_bw":
             extra = {k: v for k, v in value.items() if k not in ("variant", "N", "K", "us", "tbs")}

@@ -179,11 +179,13 @@ def test_the_l2_reuse_table_compares_every_variant_with_the_64_deep_box_stream_a
             dict(row, RA=64, us=13.65),
             dict(row, RA=0, KB=4, PACK=0, us=11.7),
             dict(row, RA=0, KB=4, PACK=1, us=9.1),
-            dict(row, RA=64, KB=4, PACK=1, us=9.75)]
+            dict(row, RA=64, KB=4, PACK=1, us=9.75),
+            dict(row, RA=0, OCC=2, us=11.05)]  # two CTAs an SM: compared, never the baseline
     table = micro.reuse_slowdown(rows)
-    assert table == {"4096x4096/R64/KB1/P0/MC1": {"RA0": 1.0, "RA64": 1.05},
-                     "4096x4096/R64/KB4/P0/MC1": {"RA0": 0.9},
-                     "4096x4096/R64/KB4/P1/MC1": {"RA0": 0.7, "RA64": 0.75}}
+    assert table == {"4096x4096/R64/KB1/P0/MC1/OCC1": {"RA0": 1.0, "RA64": 1.05},
+                     "4096x4096/R64/KB4/P0/MC1/OCC1": {"RA0": 0.9},
+                     "4096x4096/R64/KB4/P1/MC1/OCC1": {"RA0": 0.7, "RA64": 0.75},
+                     "4096x4096/R64/KB1/P0/MC1/OCC2": {"RA0": 0.85}}
 
 
 def test_the_sanitizer_sample_holds_the_asked_knobs_and_says_when_it_cannot_be_filled():

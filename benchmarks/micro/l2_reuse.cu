@@ -16,12 +16,17 @@
 // PACK = 1 one 1D bulk copy of the same bytes from a weight pre-packed stage by stage (each
 // CTA's share contiguous, as a layout that stores every 64-column chunk of R rows already
 // swizzled would be: what wgmma reads from shared memory is the same).
+// OCC = 2 runs two CTAs per SM (each with at most 96 KB in flight, K split twice as many ways so
+// the grid fills them): wgmma_sm90 is one CTA an SM (__launch_bounds__(384, 1)), and the
+// streaming micro's 1D copies ran 8% faster at two CTAs an SM than at one (stream_micro_h200.json).
+// A second argument `occ` runs only the OCC = 2 variants and their pure-stream baselines.
 // Output: one JSON object per line (parameters, microseconds per launch, weight TB/s, L2 -> SM
 // TB/s of weight plus activation bytes).
 //
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
 //     benchmarks/micro/l2_reuse.cu -o benchmarks/micro/build/l2_reuse
 #include <array>
+#include <string>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -114,6 +119,7 @@ static CUtensorMap make_map(void* base, int rows, int K, int box_rows) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 30;
+  const bool occ_only = argc > 2 && std::string(argv[2]) == "occ";
   CK(cudaFree(0));
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
@@ -138,21 +144,27 @@ int main(int argc, char** argv) {
       CK(cudaMemset(weights[c], (int)c + 1, wbytes));
     }
     for (int R : {64, 128}) {
-      // (KB, PACK, RA, MC): the 64-deep stages with every activation load, then deeper stages
-      // and the packed weight with none or 64 activation rows, no cluster
-      std::vector<std::array<int, 4>> variants;
+      // (KB, PACK, RA, MC, OCC): the 64-deep stages with every activation load, then deeper
+      // stages and the packed weight with none or 64 activation rows, no cluster, at one CTA an
+      // SM and at two
+      std::vector<std::array<int, 5>> variants;
       for (int RA : {0, 64, 128, 256})
-        for (int MC : {1, 2}) variants.push_back({1, 0, RA, MC});
-      for (int KB : {1, 2, 4})
-        for (int PACK : {0, 1})
-          for (int RA : {0, 64})
-            if (KB > 1 || PACK) variants.push_back({KB, PACK, RA, 1});
+        for (int MC : {1, 2})
+          if (!occ_only || (RA == 0 && MC == 1)) variants.push_back({1, 0, RA, MC, 1});
+      for (int OCC : {1, 2})
+        for (int KB : {1, 2, 4})
+          for (int PACK : {0, 1})
+            for (int RA : {0, 64})
+              if ((KB > 1 || PACK || OCC > 1) && (!occ_only || OCC > 1))
+                variants.push_back({KB, PACK, RA, 1, OCC});
       for (const auto& v : variants) {
-        const int KB = v[0], PACK = v[1], RA = v[2], MC = v[3], BK = BOX * KB;
-        const int split = N / R <= 32 ? 4 : N / R <= 64 ? 2 : 1;  // 96-128 CTAs, as the winners
+        const int KB = v[0], PACK = v[1], RA = v[2], MC = v[3], OCC = v[4], BK = BOX * KB;
+        // 96-128 CTAs as the winners, twice as many at two an SM
+        const int split = (N / R <= 32 ? 4 : N / R <= 64 ? 2 : 1) * OCC;
         if ((MC > 1 && RA == 0) || (N / R * split) % MC || (K / BK) % split) continue;
-        const int stage = (R + RA) * BK * 2;
-        const int stages = 8 < 196608 / stage ? 8 : 196608 / stage;
+        const int stage = (R + RA) * BK * 2, inflight = OCC > 1 ? 98304 : 196608;
+        const int stages = 8 < inflight / stage ? 8 : inflight / stage;
+        if (stages < 2) continue;
         const int smem = stages * stage + stages * 16 + 1024;
         std::vector<CUtensorMap> wm;
         for (auto* w : weights) wm.push_back(make_map(w, N, K, R));
@@ -186,10 +198,10 @@ int main(int argc, char** argv) {
         const double us = ms * 1000.0 / reps;
         const double l2_bytes = (double)wbytes + (double)grid * RA * (K / split) * 2 / MC;
         printf("{\"N\":%d,\"K\":%d,\"R\":%d,\"RA\":%d,\"MC\":%d,\"KB\":%d,\"PACK\":%d,"
-               "\"split\":%d,\"stages\":%d,\"grid\":%d,\"us\":%.3f,\"weight_tbs\":%.4f,"
-               "\"l2_to_sm_tbs\":%.4f}\n",
-               N, K, R, RA, MC, KB, PACK, split, stages, grid, us, wbytes / (us * 1e-6) / 1e12,
-               l2_bytes / (us * 1e-6) / 1e12);
+               "\"OCC\":%d,\"split\":%d,\"stages\":%d,\"grid\":%d,\"us\":%.3f,"
+               "\"weight_tbs\":%.4f,\"l2_to_sm_tbs\":%.4f}\n",
+               N, K, R, RA, MC, KB, PACK, OCC, split, stages, grid, us,
+               wbytes / (us * 1e-6) / 1e12, l2_bytes / (us * 1e-6) / 1e12);
         fflush(stdout);
       }
     }

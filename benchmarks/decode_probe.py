@@ -141,16 +141,16 @@ def main() -> None:
         for m, n, k in EDGE_SHAPES:
             p = GemmProblem(m, n, k)
             add("edge", name, p, sample(name, p, args.edge_configs, rng), "edge")
+        for label, (n, k) in LAYERS.items():
+            for m in decode_m:
+                p = GemmProblem(m, n, k)
+                add("decode", name, p, sample(name, p, args.per_shape, rng), label)
     if args.membound_edges:
         for m, n, k in EDGE_SHAPES:
             p = GemmProblem(m, n, k)
             built = membound_wgmma(p, depths, clusters)
             add("edge", "wgmma_sm90", p, rng.sample(built, min(args.membound_edges, len(built))),
                 "edge")
-        for label, (n, k) in LAYERS.items():
-            for m in decode_m:
-                p = GemmProblem(m, n, k)
-                add("decode", name, p, sample(name, p, args.per_shape, rng), label)
     if args.wgmma_membound:
         for label, (n, k) in LAYERS.items():
             for m in decode_m:

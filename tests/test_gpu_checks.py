@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -251,3 +252,15 @@ def test_the_pdl_graph_check_tells_a_programmatic_graph_that_parts_from_the_plai
              "programmatic": (Replayed([plain], pdl_out), pdl_out)}
     assert pdl.graph_check(agree, plain, plain, plain, 3)["bitwise_graph"] is True
     assert pdl.graph_input(plain, "gemm") is plain and pdl.graph_input(plain, "copy") is not plain
+
+
+def test_the_decode_probe_plans_every_family_on_every_decode_shape(monkeypatch, capsys):
+    probe = _load("decode_probe")
+    monkeypatch.setattr(sys, "argv", ["decode_probe", "--families", "stream_sm90,skinny_sm90",
+                                      "--m", "64", "--per-shape", "8", "--edge-configs", "1",
+                                      "--plan-only"])
+    probe.main()
+    counts = capsys.readouterr().out.split(": ", 1)[1]
+    # four Llama layers at M = 64, eight configs each (its valid seeds first), for each family
+    # (stream_sm90's MTILES 8 serves M = 64)
+    assert "('stream_sm90', 'decode'): 32" in counts and "('skinny_sm90', 'decode'): 32" in counts

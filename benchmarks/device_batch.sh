@@ -24,6 +24,9 @@
 #                     with programmatic launches (TUNEFW_PDL=1: they are off by default)
 #   hfnopdl     (200) hf_llama_h200.py on that table with TUNEFW_PDL=0 (run after modelpdl, in
 #                     the same call): the same model without them -> hf_llama_nopdl_h200.json
+#   stream64    (300) decode_probe.py: stream_sm90 at M = 40 and 64 (MTILES 6 and 8, new: the
+#                     TMA-ring family that beats cuBLAS 1.22x at 32x4096x4096, where wgmma_sm90
+#                     stops at 0.90-0.98 for M = 64) over Llama's four layers and the edge shapes
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
@@ -81,6 +84,8 @@ for name in "$@"; do
     hfnopdl) step hfnopdl 200 env TUNEFW_PDL=0 python3 benchmarks/hf_llama_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" --budget-s 170 --out "$OUT/hf_llama_nopdl_h200.json" ;;
+    stream64) step stream64 300 python3 benchmarks/decode_probe.py --families stream_sm90 \
+        --m 40,64 --per-shape 24 --edge-configs 12 --name stream64_probe ;;
     decode6) step decode6 480 python3 benchmarks/decode_h200.py \
         --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
         benchmarks/studies/decode6_h200.yaml

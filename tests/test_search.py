@@ -17,7 +17,7 @@ def _search(families, sampler="random", problem=GemmProblem(4096, 4096, 4096)):
 def test_distributions_come_from_the_declaration():
     search = _search(sorted(FAMILIES))
     seen = set()
-    for _ in range(30):
+    for _ in range(100):  # at M = 4096 the decode families are mostly invalid: they come rarely
         prop = search.ask(set())
         family = FAMILIES[prop.family]
         assert set(prop.config) == set(family.param_names)

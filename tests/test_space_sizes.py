@@ -30,7 +30,7 @@ def test_declared_size_is_the_product_of_the_knobs_values():
 
 def test_a_small_space_is_counted_exactly():
     (size,) = space_sizes(["stream_sm90"], [SQUARE, DECODE], H200)
-    assert (size.family, size.declared, size.sampled) == ("stream_sm90", 3600, 0)
+    assert (size.family, size.declared, size.sampled) == ("stream_sm90", 6000, 0)
     assert size.valid == [0, _exact("stream_sm90", DECODE)] == [0, 1675]
 
 

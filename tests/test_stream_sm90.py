@@ -12,10 +12,11 @@ from tunefw.templates import get_family
 
 STREAM = get_family("stream_sm90")
 BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1}
-DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16, 32)
+DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16, 32, 48, 64)
           for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
 
-SHAPES = [GemmProblem(1, 4096, 4096), GemmProblem(16, 4096, 14336), GemmProblem(32, 6144, 4096)]
+SHAPES = [GemmProblem(1, 4096, 4096), GemmProblem(16, 4096, 14336), GemmProblem(32, 6144, 4096),
+          GemmProblem(64, 4096, 4096)]
 
 
 def check(config: dict, m: int, n: int = 4096, k: int = 4096) -> str | None:
@@ -27,6 +28,17 @@ def test_mtiles_must_hold_m_and_no_more_than_twice_what_it_needs():
     assert "holds M <= 16 rows" in check({"MTILES": 2}, 17)
     assert "more than twice" in check({"MTILES": 4}, 8)
     assert check({"MTILES": 4}, 32) is None
+
+
+def test_the_register_rule_takes_the_cap_ptxas_gives_the_block_size():
+    # 64 x 64 rows of accumulators (BN 64, MTILES 8): ~240 registers; ptxas caps a block of
+    # 9 warps (sized as 12) at 168 and spills it, one of 5 warps (sized as 8) at 255 and does not
+    wide = {"BN": 64, "MTILES": 8, "BK": 128, "STAGES": 4, "CK": 2}
+    nine = {**wide, "WARPS": 8, "STAGES": 2}  # 2 stages: its 8 warps' partials fit beside them
+    assert "register estimate 240/thread" in check(nine, 64)
+    assert "168 a CTA of 288 threads" in check(nine, 64)
+    assert check({**wide, "WARPS": 4}, 64) is None
+    assert check({**wide, "MTILES": 6, "WARPS": 4}, 48) is None
 
 
 def test_work_rules_name_the_knob_and_the_shape():
@@ -70,6 +82,7 @@ def test_name_expression_orders_the_template_arguments_as_the_kernel():
 def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):
     configs = valid_sample(STREAM, 6, 3, SHAPES) + [
         {**BASE, "CK": 16, "WARPS": 8, "BK": 128, "MTILES": 4, "BN": 64, "STAGES": 2},
+        {**BASE, "CK": 2, "WARPS": 4, "BK": 128, "MTILES": 8, "BN": 64, "STAGES": 4},  # 218 regs
     ]
     assert_compiles_clean(STREAM, configs, pool, "UTMALDG")
 

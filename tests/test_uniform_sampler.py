@@ -20,7 +20,7 @@ from tunefw.tune.search import ProblemSearch, enumerate_valid
 from tunefw.tune.space import uniform_order
 from tunefw.tune.sweep import LaunchOptions, Sweep
 
-SMALL = GemmProblem(1, 64, 64)  # a few hundred valid stream_sm90 configs of 3600 declared
+SMALL = GemmProblem(1, 64, 64)  # a few hundred valid stream_sm90 configs of 6000 declared
 BIG = GemmProblem(4096, 4096, 4096)
 
 

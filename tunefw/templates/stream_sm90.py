@@ -39,6 +39,16 @@ SEED_SHAPES = (
 )
 
 
+# M = 33-64 (MTILES 6, 8): A's 48-64 rows a stage take as much shared memory as the weight's, so
+# the shapes above mostly do not fit; these halve the stage depth. Not measured yet: sized so
+# that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each.
+WIDE_M_SHAPES = (
+    {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 2},
+    {"BN": 32, "BK": 128, "STAGES": 6, "WARPS": 4, "CK": 1},
+    {"BN": 48, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 1},
+)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -59,8 +69,9 @@ class StreamSm90(KernelTemplate):
     params = (
         Param("BN", (32, 16, 48, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles "
               "(48: N = 6144 in 128 CTAs, one wave of 132 SMs)"),
-        Param("MTILES", (1, 2, 4),
-              "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped)"),
+        Param("MTILES", (1, 2, 4, 6, 8),
+              "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped); "
+              "6 and 8 carry M = 33-64, where the activations a CTA reads match its weight rows"),
         Param("BK", (256, 128, 512), "k per ring stage: each row of B is copied in 2*BK-byte runs"),
         Param("STAGES", (4, 2, 3, 6, 8), "ring stages in flight (bulk copies ahead of the MMAs)"),
         Param("WARPS", (4, 1, 2, 8), "consumer warps (plus one producer warp); they take a "
@@ -69,7 +80,8 @@ class StreamSm90(KernelTemplate):
               "CTAs of a cluster splitting K, reduced through DSMEM in rank order"),
     )
 
-    seeds = tuple({**shape, "MTILES": mt} for mt in (1, 2, 4) for shape in SEED_SHAPES)
+    seeds = (tuple({**shape, "MTILES": mt} for mt in (1, 2, 4, 6, 8) for shape in SEED_SHAPES)
+             + tuple({**shape, "MTILES": mt} for mt in (6, 8) for shape in WIDE_M_SHAPES))
 
     # ---- derived quantities ---------------------------------------------------------------------
     @staticmethod
@@ -106,6 +118,13 @@ class StreamSm90(KernelTemplate):
         if smem > device.smem_per_block_optin:
             return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + partials = {smem} B > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
+        threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
+        # ptxas sizes the cap for blocks rounded up to 4 warps, in steps of 8 registers
+        cap = min(device.max_regs_per_thread,
+                  device.regs_per_sm // (_cdiv(threads, 128) * 128) // 8 * 8)
+        if regs > cap:
+            return (f"register estimate {regs}/thread (BN/16*MTILES*4 accumulators and two steps "
+                    f"of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")
         return None
 
     # ---- compile and launch ---------------------------------------------------------------------

@@ -154,6 +154,14 @@ class Param:
         return str(int(value))
 
 
+def ptxas_register_cap(device: DeviceSpec, threads: int, blocks_per_sm: int = 1) -> int:
+    """The registers per thread ptxas allows a kernel of ``threads`` threads launched
+    ``blocks_per_sm`` to an SM: it sizes blocks rounded up to 4 warps, in steps of 8 registers."""
+    per_block = -(-threads // 128) * 128
+    return min(device.max_regs_per_thread,
+               device.regs_per_sm // (blocks_per_sm * per_block) // 8 * 8)
+
+
 @dataclass(frozen=True)
 class Resources:
     """Analytic estimate of what one block of a config needs."""

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
-from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
+from tunefw.templates.base import (Config, CostHint, KernelTemplate, Launch, Param, Resources,
+                                   ptxas_register_cap)
 
 # Register estimate, fitted to ptxas on sm_90a (tests/test_rows_sm90.py compiles a sample to hold
 # it: no accepted config spills): ptxas keeps about 16 registers per 64-k pair a warp holds
@@ -117,9 +118,7 @@ class RowsSm90(KernelTemplate):
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         occ = config["OCC"]
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
-        # ptxas sizes the cap for blocks rounded up to 4 warps, in steps of 8 registers
-        cap = min(device.max_regs_per_thread,
-                  device.regs_per_sm // (occ * _cdiv(threads, 128) * 128) // 8 * 8)
+        cap = ptxas_register_cap(device, threads, occ)
         if regs > cap:
             return (f"register estimate {regs}/thread (RS/8*4 accumulators, ~16 per 64-k pair "
                     f"of KP={config['KP']}) > the {cap} that OCC={occ} CTAs of {threads} threads "

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
-from tunefw.templates.base import Config, CostHint, KernelTemplate, Launch, Param, Resources
+from tunefw.templates.base import (Config, CostHint, KernelTemplate, Launch, Param, Resources,
+                                   ptxas_register_cap)
 from tunefw.templates.skinny_sm90 import swap_ab_tile_reason
 from tunefw.templates.wgmma_sm90 import WgmmaSm90
 
@@ -119,9 +120,7 @@ class StreamSm90(KernelTemplate):
             return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + partials = {smem} B > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
-        # ptxas sizes the cap for blocks rounded up to 4 warps, in steps of 8 registers
-        cap = min(device.max_regs_per_thread,
-                  device.regs_per_sm // (_cdiv(threads, 128) * 128) // 8 * 8)
+        cap = ptxas_register_cap(device, threads)
         if regs > cap:
             return (f"register estimate {regs}/thread (BN/16*MTILES*4 accumulators and two steps "
                     f"of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")

@@ -6,8 +6,8 @@
 //           chunks of BK k in flight as 2D TMA boxes of E k x R rows (E = 64 with 128-byte
 //           swizzle, as stream_sm90 does, or E = 256 unswizzled: 512-byte row runs), one
 //           consumer warp touches each box and frees the stage.
-//   bulk  : G CTAs each stream an equal contiguous byte range in CHUNK-byte 1D bulk copies,
-//           STAGES in flight (the upper bound of a persistent equal-bytes split).
+//   bulk  : G CTAs each stream a contiguous range of whole CHUNK-byte 1D bulk copies (C/G of the C,
+//           every byte once), STAGES in flight (the upper bound of a persistent equal-bytes split).
 //   ldg   : every thread keeps U 16-byte no-allocate loads in flight (the plain-load baseline).
 // The weight is replicated past 3x L2 and the copies rotate, so every launch reads HBM.
 // Output: one JSON object per line (variant, parameters, microseconds per launch, TB/s).
@@ -80,9 +80,11 @@ __global__ void __launch_bounds__(64) bulk_stream(const unsigned char* src, u64 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 ring = smem_u32(smem_raw);
   const u32 full = ring + STAGES * CHUNK, empty = full + STAGES * 8;
-  const u64 per = (total / gridDim.x) & ~(u64)(CHUNK - 1);
-  const u64 begin = per * blockIdx.x;
-  const int chunks = (int)(per / CHUNK);
+  // Every chunk once: CTA b streams chunks [b*C/G, (b+1)*C/G) of the C = total/CHUNK (the host
+  // only asks for sizes that are whole chunks)
+  const u64 all = total / CHUNK, c0 = all * blockIdx.x / gridDim.x;
+  const u64 begin = c0 * CHUNK;
+  const int chunks = (int)(all * (blockIdx.x + 1) / gridDim.x - c0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   init_ring(full, empty, STAGES);
   if (warp == 0) return consume_ring(smem_raw, full, empty, chunks, STAGES, CHUNK, out);
@@ -227,6 +229,7 @@ int main(int argc, char** argv) {
           if (stages < 2) continue;
           const int smem = stages * chunk + stages * 16 + 1024;
           const int grid = sms * occ;
+          if (b.bytes % chunk) continue;  // a partial chunk would go unread
           double us = time_us(b, [&](unsigned char* d) {
             bulk_stream<<<grid, 64, smem>>>(d, b.bytes, chunk, stages, out);
           });

@@ -28,8 +28,10 @@
 #                     TMA-ring family that beats cuBLAS 1.22x at 32x4096x4096, where wgmma_sm90
 #                     stops at 0.90-0.98 for M = 64) over Llama's four layers and the edge shapes
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
-#   decode7     (480) the same on benchmarks/studies/decode7_h200.yaml (M = 40-64, stream_sm90's
-#                     MTILES 6/8 beside wgmma_sm90), its state db kept (commit it: force-add)
+#   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
+#                     table: 16 problems, 64 trials, top 3 confirmed), then export, calibrate and
+#                     dispatch_guard_h200.py; resumes from benchmarks/state/llama3_8b_state.tar.gz
+#                     (copy the new one there from the batch tar and force-add it after a call)
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
 #                     32 first run on a GPU here: every answer verified)
@@ -92,10 +94,9 @@ for name in "$@"; do
         --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
         benchmarks/studies/decode6_h200.yaml
       cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
-    decode7) step decode7 480 python3 benchmarks/decode_h200.py \
-        --db benchmarks/state/decode7.db --time-limit 420 --result "$OUT/decode7_h200.json" \
-        benchmarks/studies/decode7_h200.yaml
-      cp benchmarks/state/decode7.db* "$OUT/" 2>/dev/null ;;
+    llamatable) step llamatable 560 python3 benchmarks/model_table_h200.py \
+        --study-file studies/llama3_8b.yaml --phases study,sweep,export,calibrate,guard \
+        --commit "$TUNEFW_COMMIT" --budget-s $((BATCH_S - SECONDS - 40)) ;;
     membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
     membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \

@@ -41,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+from tunefw.study.spec import load_study_file  # noqa: E402
+
 SCRIPT = "benchmarks/model_table_h200.py"
 PHASES = ("study", "sweep", "export", "hf", "calibrate", "guard")
 MIN_S = {"study": 30, "sweep": 240, "export": 60, "calibrate": 150, "guard": 180, "hf": 150}
@@ -57,11 +59,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--study-file", type=Path,
                     help="or a study file (e.g. studies/llama3_8b.yaml) instead of --model")
     ap.add_argument("--m-grid", default=DEFAULTS["m_grid"], help="tuned M (tokens per call)")
-    ap.add_argument("--study", default=DEFAULTS["study"], help="study name")
-    ap.add_argument("--trials", type=int, default=DEFAULTS["trials"], help="evaluated configs per problem")
-    ap.add_argument("--timeout", type=float, default=DEFAULTS["timeout"], help="per-trial timeout (s)")
-    ap.add_argument("--confirm-top", type=int, default=DEFAULTS["confirm_top"],
-                    help="configs per problem re-timed to pick its winner")
+    # With --study-file, the study's name, trials, timeout and confirm_top are the file's unless
+    # given here (issue 14's table is a sweep of studies/llama3_8b.yaml as it stands)
+    ap.add_argument("--study", help=f"study name (default {DEFAULTS['study']}, or the file's)")
+    ap.add_argument("--trials", type=int,
+                    help=f"evaluated configs per problem (default {DEFAULTS['trials']}, or the file's)")
+    ap.add_argument("--timeout", type=float,
+                    help=f"per-trial timeout in s (default {DEFAULTS['timeout']}, or the file's)")
+    ap.add_argument("--confirm-top", type=int, help="configs per problem re-timed to pick its "
+                    f"winner (default {DEFAULTS['confirm_top']}, or the file's)")
     ap.add_argument("--gpus", type=int, default=1, help="GPU workers of the sweep")
     ap.add_argument("--backend", default="cuda", help="cuda; sim only to check this script on a CPU")
     ap.add_argument("--budget-s", type=float, default=510.0, help="this run's wall-time budget")
@@ -75,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--commit", help="the commit measured (the device tree has no .git)")
     ap.add_argument("--plan", action="store_true", help="print the phases' commands and stop")
     args = ap.parse_args(argv)
+    spec = load_study_file(args.study_file) if args.study_file else None
+    fallback = ({"study": spec.name, "trials": spec.trials, "timeout": spec.timeout_s,
+                 "confirm_top": spec.confirm_top} if spec else DEFAULTS)
+    for key in ("study", "trials", "timeout", "confirm_top"):
+        if getattr(args, key) is None:
+            setattr(args, key, fallback[key])
     if args.trials < 1 or args.gpus < 1 or args.budget_s <= 0:
         ap.error("--trials, --gpus and --budget-s must be positive")
     for field, empty_ok in (("phases", False), ("redo", True)):

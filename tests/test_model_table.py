@@ -224,6 +224,23 @@ def test_a_study_file_and_a_choice_of_phases():
         mt.parse_args(["--phases", "sweep,plot"])
 
 
+def test_a_study_file_keeps_its_own_name_and_budget_unless_overridden():
+    """Issue 14's table is a sweep of studies/llama3_8b.yaml as it stands (64 trials, 60 s,
+    top 3 confirmed), not the model run's shorter defaults; a flag still wins."""
+    def created(argv):
+        args = mt.parse_args(argv)
+        cmd = mt.commands(args, mt.State(Path("unused")), 300)["study"]
+        return args.study, {flag: cmd[cmd.index(flag) + 1]
+                            for flag in ("--trials", "--timeout", "--confirm-top")}
+
+    assert created(["--study-file", "studies/llama3_8b.yaml"]) == (
+        "llama3_8b", {"--trials": "64", "--timeout": "60", "--confirm-top": "3"})
+    assert created(["--study-file", "studies/llama3_8b.yaml", "--trials", "8"])[1]["--trials"] == "8"
+    assert created([]) == (mt.DEFAULTS["study"], {
+        "--trials": str(mt.DEFAULTS["trials"]), "--timeout": f"{mt.DEFAULTS['timeout']:g}",
+        "--confirm-top": str(mt.DEFAULTS["confirm_top"])})
+
+
 def test_calibration_writes_todays_shapes_from_the_exported_table(tmp_path):
     state = mt.State(tmp_path)
     state.table.write_text((REPO / "benchmarks/results/dispatch_hf_llama3_8b_h200.json").read_text())

@@ -7,6 +7,9 @@
 #   export TUNEFW_COMMIT=SHA; bash benchmarks/device_batch.sh l2reuse plancache modeltable
 #
 # Steps (seconds allowed):
+#   streambw    (120) benchmarks/micro/stream_bw.cu via stream_micro_h200.py (every read variant
+#                     timed back to back and as a CUDA graph: the launch ceiling's fit; build it
+#                     here first, like l2_reuse)
 #   l2reuse     (120) benchmarks/micro/l2_reuse.cu via stream_micro_h200.py --micro l2_reuse
 #                     (64-deep box stages with 0-256 activation rows, then 128/256-deep stages
 #                     and a pre-packed weight in one 1D bulk copy a stage)
@@ -75,6 +78,7 @@ step() {  # NAME SECONDS COMMAND...: run it, record its exit status and time
 summary=()
 for name in "$@"; do
   case $name in
+    streambw) step streambw 120 python3 benchmarks/stream_micro_h200.py ;;
     l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
     l2reuseocc) step l2reuseocc 60 python3 benchmarks/stream_micro_h200.py --micro l2_reuse --occ ;;
     records) step records 560 python3 benchmarks/record_sweeps_h200.py --gpus 1 \

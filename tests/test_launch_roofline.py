@@ -95,3 +95,14 @@ def test_rows_are_read_against_memory_or_tensor_bound_and_newest_wins(tmp_path):
     newest = roof.newest_by_shape(rows)
     # the old run's 3x (its cuBLAS was slow) does not outrank the newest run's best
     assert [r["family"] for r in newest] == ["c", "d"]
+
+
+def test_graph_times_are_fitted_when_every_read_row_has_them():
+    doc = _micro(errata=False)
+    assert roof.launch_floor(doc)["timing"] == "us"
+    for row in doc["rows"]:
+        if row["variant"] != "null":
+            row["graph_us"] = row["us"] - 1.0  # a graph's gap is a microsecond shorter
+    floor = roof.launch_floor(doc)
+    assert floor["timing"] == "graph_us"
+    assert floor["lines"]["ldg"]["t0_us"] == pytest.approx(2.0)

@@ -10,7 +10,8 @@
 //           every byte once), STAGES in flight (the upper bound of a persistent equal-bytes split).
 //   ldg   : every thread keeps U 16-byte no-allocate loads in flight (the plain-load baseline).
 // The weight is replicated past 3x L2 and the copies rotate, so every launch reads HBM.
-// Output: one JSON object per line (variant, parameters, microseconds per launch, TB/s).
+// Output: one JSON object per line (variant, parameters, microseconds per launch and TB/s, back to
+// back on a stream: us, tbs; and replayed as one CUDA graph: graph_us, graph_tbs).
 //
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_templates -Ikernel_templates/include \
 //     benchmarks/micro/stream_bw.cu -o benchmarks/micro/build/stream_bw
@@ -149,37 +150,61 @@ struct Buf {
 
 static int sms = 0;
 static int reps = 30;
+static cudaStream_t stream;  // every launch: a stream, so it can be captured
 
-// Microseconds per launch over `reps` launches that rotate through the copies.
+// Microseconds per launch over `reps` launches that rotate through the copies: back to back on
+// a stream, and the same launches replayed as one CUDA graph (how the GEMM results are timed).
+struct Times {
+  double us, graph_us;
+};
+
 template <class F>
-static double time_us(const Buf& b, F launch) {
+static Times time_us(const Buf& b, F launch) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   for (size_t c = 0; c < b.copies.size(); ++c) launch(b.copies[c]);  // warm
-  CK(cudaDeviceSynchronize());
-  CK(cudaEventRecord(e0));
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaEventRecord(e0, stream));
   for (int i = 0; i < reps; ++i) launch(b.copies[i % b.copies.size()]);
-  CK(cudaEventRecord(e1));
+  CK(cudaEventRecord(e1, stream));
   CK(cudaEventSynchronize(e1));
   CK(cudaGetLastError());
-  float ms = 0;
+  float ms = 0, graph_ms = 0;
   CK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) launch(b.copies[i % b.copies.size()]);
+  CK(cudaStreamEndCapture(stream, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, stream));  // warm
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaEventRecord(e0, stream));
+  CK(cudaGraphLaunch(exec, stream));
+  CK(cudaEventRecord(e1, stream));
+  CK(cudaEventSynchronize(e1));
+  CK(cudaEventElapsedTime(&graph_ms, e0, e1));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  return ms * 1000.0 / reps;
+  return {ms * 1000.0 / reps, graph_ms * 1000.0 / reps};
 }
 
-static void report(const char* variant, int N, int K, const char* params, int grid, double us,
+static void report(const char* variant, int N, int K, const char* params, int grid, Times t,
                    u64 bytes) {
-  printf("{\"variant\":\"%s\",\"N\":%d,\"K\":%d,%s,\"grid\":%d,\"us\":%.3f,\"tbs\":%.4f}\n", variant,
-         N, K, params, grid, us, bytes / (us * 1e-6) / 1e12);
+  printf("{\"variant\":\"%s\",\"N\":%d,\"K\":%d,%s,\"grid\":%d,\"us\":%.3f,\"tbs\":%.4f,"
+         "\"graph_us\":%.3f,\"graph_tbs\":%.4f}\n",
+         variant, N, K, params, grid, t.us, bytes / (t.us * 1e-6) / 1e12, t.graph_us,
+         bytes / (t.graph_us * 1e-6) / 1e12);
   fflush(stdout);
 }
 
 int main(int argc, char** argv) {
   if (argc > 1) reps = atoi(argv[1]);
   CK(cudaFree(0));
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   sms = p.multiProcessorCount;
@@ -194,8 +219,9 @@ int main(int argc, char** argv) {
 
   {  // launch gap: back-to-back null kernels
     Buf none{{(unsigned char*)out}, 0};
-    double us = time_us(none, [&](unsigned char*) { null_kernel<<<sms, 64>>>(out); });
-    printf("{\"variant\":\"null\",\"us\":%.3f,\"sms\":%d,\"l2\":%llu}\n", us, sms, l2);
+    Times t = time_us(none, [&](unsigned char*) { null_kernel<<<sms, 64, 0, stream>>>(out); });
+    printf("{\"variant\":\"null\",\"us\":%.3f,\"graph_us\":%.3f,\"sms\":%d,\"l2\":%llu}\n", t.us,
+           t.graph_us, sms, l2);
   }
   for (auto& s : shapes) {
     const int N = s[0], K = s[1];
@@ -212,14 +238,14 @@ int main(int argc, char** argv) {
     for (int U : {4, 8}) {
       for (int blocks_per_sm : {4, 8}) {
         const int grid = sms * blocks_per_sm;
-        double us = time_us(b, [&](unsigned char* d) {
+        Times t = time_us(b, [&](unsigned char* d) {
           if (U == 4)
-            ldg_stream<4><<<grid, 256>>>((const uint4*)d, b.bytes / 16, out);
+            ldg_stream<4><<<grid, 256, 0, stream>>>((const uint4*)d, b.bytes / 16, out);
           else
-            ldg_stream<8><<<grid, 256>>>((const uint4*)d, b.bytes / 16, out);
+            ldg_stream<8><<<grid, 256, 0, stream>>>((const uint4*)d, b.bytes / 16, out);
         });
         snprintf(params, sizeof params, "\"U\":%d,\"blocks_per_sm\":%d", U, blocks_per_sm);
-        report("ldg", N, K, params, grid, us, b.bytes);
+        report("ldg", N, K, params, grid, t, b.bytes);
       }
     }
     for (int chunk : {8192, 16384, 32768}) {
@@ -230,12 +256,12 @@ int main(int argc, char** argv) {
           const int smem = stages * chunk + stages * 16 + 1024;
           const int grid = sms * occ;
           if (b.bytes % chunk) continue;  // a partial chunk would go unread
-          double us = time_us(b, [&](unsigned char* d) {
-            bulk_stream<<<grid, 64, smem>>>(d, b.bytes, chunk, stages, out);
+          Times t = time_us(b, [&](unsigned char* d) {
+            bulk_stream<<<grid, 64, smem, stream>>>(d, b.bytes, chunk, stages, out);
           });
           snprintf(params, sizeof params, "\"chunk\":%d,\"stages\":%d,\"occ\":%d", chunk, stages,
                    occ);
-          report("bulk", N, K, params, grid, us, b.bytes);
+          report("bulk", N, K, params, grid, t, b.bytes);
         }
       }
     }
@@ -253,14 +279,14 @@ int main(int argc, char** argv) {
               std::vector<CUtensorMap> maps;
               for (auto* d : b.copies) maps.push_back(make_map(d, N, K, R, E));
               size_t idx = 0;
-              double us = time_us(b, [&](unsigned char*) {
-                tma_stream<<<grid, 64, smem>>>(maps[idx++ % maps.size()], R, BK, E, stages, K,
+              Times t = time_us(b, [&](unsigned char*) {
+                tma_stream<<<grid, 64, smem, stream>>>(maps[idx++ % maps.size()], R, BK, E, stages, K,
                                                split, out);
               });
               snprintf(params, sizeof params,
                        "\"R\":%d,\"E\":%d,\"BK\":%d,\"stages\":%d,\"split\":%d,\"smem\":%d", R, E,
                        BK, stages, split, smem);
-              report("tma", N, K, params, grid, us, b.bytes);
+              report("tma", N, K, params, grid, t, b.bytes);
             }
           }
         }

@@ -15,7 +15,7 @@
 #                     and a pre-packed weight in one 1D bulk copy a stage)
 #   l2reuseocc   (60) the same micro's two-CTAs-an-SM variants only (--occ): does a second CTA
 #                     per SM, which wgmma_sm90 cannot have, stream the weight faster?
-#   records     (560) record_sweeps_h200.py --gpus 1 (issue 17's recording, resumed from the
+#   records     (560) record_sweeps_h200.py --gpus GPUS (issue 17's recording, resumed from the
 #                     committed state; its launches get what the call has left less 60 s, so
 #                     the state is packed before the step's limit; commit it before the next call)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
@@ -59,6 +59,9 @@ source benchmarks/device_setup.sh >>"$log" 2>&1 || { echo "setup failed" | tee -
 # packed): a step gets its own limit or what is left of them, whichever is less, and is skipped
 # when under 30 s are left.
 BATCH_S=${BATCH_S:-560}
+# The sweeps (records, llamatable) take one worker per GPU the machine has (GPUS to override)
+gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+((gpus > 0)) || gpus=1
 
 step() {  # NAME SECONDS COMMAND...: run it, record its exit status and time
   local name=$1 limit=$2 start=$SECONDS
@@ -81,7 +84,7 @@ for name in "$@"; do
     streambw) step streambw 120 python3 benchmarks/stream_micro_h200.py ;;
     l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
     l2reuseocc) step l2reuseocc 60 python3 benchmarks/stream_micro_h200.py --micro l2_reuse --occ ;;
-    records) step records 560 python3 benchmarks/record_sweeps_h200.py --gpus 1 \
+    records) step records 560 python3 benchmarks/record_sweeps_h200.py --gpus "$gpus" \
         --budget-s $((BATCH_S - SECONDS - 60)) --commit "$TUNEFW_COMMIT" ;;  # packs its state in time
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
@@ -100,7 +103,7 @@ for name in "$@"; do
       cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
     llamatable) step llamatable 560 python3 benchmarks/model_table_h200.py \
         --study-file studies/llama3_8b.yaml --phases study,sweep,export,calibrate,guard \
-        --commit "$TUNEFW_COMMIT" --budget-s $((BATCH_S - SECONDS - 40)) ;;
+        --gpus "$gpus" --commit "$TUNEFW_COMMIT" --budget-s $((BATCH_S - SECONDS - 40)) ;;
     membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
     membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \

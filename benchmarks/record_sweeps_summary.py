@@ -156,4 +156,5 @@ def print_table(result: dict) -> None:
     print(f"evaluated {t['evaluated']}, distinct configs {t['distinct_configs']}, outcomes "
           f"{t['outcomes']}; {result['sweeps']['files']} sweep files, "
           f"{result['sweeps']['bytes'] / 1e6:.2f} MB ({result['device'].get('name')}, "
-          f"{len(result['gpus'])} GPU(s), commit {result['commit']})")
+          f"{len(result['gpus'])} distinct GPU(s) over {len(result.get('calls', []))} call(s), "
+          f"commit {result['commit']})")

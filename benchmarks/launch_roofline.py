@@ -99,7 +99,8 @@ def read_rows(path: Path, floor: dict) -> list[dict]:
         mem = ceiling_us(row["bytes"], floor)
         tensor = 2 * row["M"] * row["N"] * row["K"] / (H200.peak_tflops_bf16 * 1e6)
         ceil = max(mem, tensor)
-        out.append({"bound": "memory" if mem >= tensor else "tensor", "source": path.name, "family": row.get("family"), "M": row["M"],
+        out.append({"bound": "memory" if mem >= tensor else "tensor", "source": path.name,
+                    "family": row.get("family"), "M": row["M"],
                     "N": row["N"], "K": row["K"], "bytes": row["bytes"], "us": us,
                     "cublas_us": cublas_us, "ceiling_us": ceil, "ratio": cublas_us / us,
                     "of_ceiling": ceil / us, "cublas_of_ceiling": ceil / cublas_us,
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'source':>18} {'shape':>18} {'family':>12} {'us':>7} {'cuBLAS':>7} {'ceiling':>7} "
           f"{'ours/ceil':>9} {'ceil/cuBLAS':>11} bound")
     for r in newest:
-        print(f"{r['source'][:-5]:>18} {r['M']:5d}x{r['N']:5d}x{r['K']:5d} {r['family'] or '':>12} {r['us']:7.2f} "
+        print(f"{r['source'][:-5]:>18} {r['M']:5d}x{r['N']:5d}x{r['K']:5d} "
+              f"{r['family'] or '':>12} {r['us']:7.2f} "
               f"{r['cublas_us']:7.2f} {r['ceiling_us']:7.2f} {r['of_ceiling']:9.3f} "
               f"{r['ceiling_over_cublas']:11.3f} {r['bound']}")
     m16 = report["m_le_16"]

@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # given here (issue 14's table is a sweep of studies/llama3_8b.yaml as it stands)
     ap.add_argument("--study", help=f"study name (default {DEFAULTS['study']}, or the file's)")
     ap.add_argument("--trials", type=int,
-                    help=f"evaluated configs per problem (default {DEFAULTS['trials']}, or the file's)")
+                    help=f"evaluated configs per problem (default {DEFAULTS['trials']}, or the "
+                    "file's)")
     ap.add_argument("--timeout", type=float,
                     help=f"per-trial timeout in s (default {DEFAULTS['timeout']}, or the file's)")
     ap.add_argument("--confirm-top", type=int, help="configs per problem re-timed to pick its "

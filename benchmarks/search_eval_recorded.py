@@ -37,7 +37,8 @@ RECORDS = SWEEPS / "wgmma_sm90_h200"
 SOURCES = ("records", "decode2", "skinny")
 LIMITS = {
     "records": ("The full recorded sweeps hold per shape a uniform sample of the valid space "
-                "(about 2000 of 260k-420k valid configs) and every config three seeded TPE "
+                "(2000 configs; each sweep's coverage counts its valid space) and every config "
+                "three seeded TPE "
                 "runs proposed; search-eval searches their union (others NOT_RECORDED: told as "
                 "failures, not counted), so 'within X% of the best' is of the best recorded "
                 "config, and the TPE-proposed part of each union is biased towards TPE's own "

@@ -156,3 +156,8 @@ def test_acceptance_needs_every_sweep_and_four_of_five_at_64():
     assert not script.acceptance({"sweeps": good[:3] + [entry(30, None, 0.9)] * 2})["pass"]
     assert not script.acceptance({"sweeps": good[:4] + [entry(20, 20, 0.99)]})["pass"]
     assert not script.acceptance({"sweeps": good[:4] + [entry(101, None, 0.99)]})["pass"]
+    # both samplers at the first trial (the seeds found it): a tie no sampler can beat
+    tied = script.acceptance({"sweeps": good[:4] + [entry(1, 1, 0.99)]})
+    assert tied["pass"] and tied["sweeps"][-1]["tied_at_first_trial"]
+    assert not tied["sweeps"][-1]["fewer_than_random"]
+    assert not script.acceptance({"sweeps": good[:4] + [entry(2, 2, 0.99)]})["pass"]

@@ -113,3 +113,30 @@ def test_search_eval_rejects_bad_input():
         search_eval([str(DECODE)], ["grid"], 0, [16])
     bad = invoke_cli("search-eval", str(DECODE), "--budgets", "a,b")
     assert bad.returncode == 1 and "expected comma-separated integers" in bad.stderr
+
+
+def test_tpe_settings_are_samplers_of_search_eval_only():
+    """Issue 17's Deliver 4: search-eval measures TPE's alternative settings beside the default;
+    they are not a study's sampler (the default changes only on search-eval's numbers)."""
+    from tunefw.study.schema import SAMPLERS as STUDY_SAMPLERS
+    from tunefw.tune.sampling import TPE_SETTINGS, ScreenedTPE, make_sampler
+
+    sweep = read_sweep(DECODE)
+    runs = {}
+    for name in ("tpe", "tpe_startup5", "tpe_startup20", "tpe_independent"):
+        assert isinstance(make_sampler(name, 0), ScreenedTPE) and name in TPE_SETTINGS
+        runs[name] = run_search(sweep, name, 0, 24).values
+    # the same seed: the family's seed configs come first alike, then each setting searches
+    # its own way (were the settings not passed on, the four runs would be one)
+    assert len({v[0] for v in runs.values()}) == 1 and len({tuple(v) for v in runs.values()}) == 4
+    assert set(TPE_SETTINGS) - {"tpe"} and not (set(TPE_SETTINGS) - {"tpe"}) & set(STUDY_SAMPLERS)
+    result = search_eval([str(DECODE)], ["tpe_independent"], 2, [16])
+    assert result["samplers"] == ["tpe_independent"]
+    assert result["sweeps"][0]["samplers"]["tpe_independent"]["median_best_at"]["16"] > 0
+
+
+def test_the_cli_help_names_every_sampler_search_eval_takes():
+    from tunefw.tune.search_eval import SAMPLERS
+
+    shown = " ".join(invoke_cli("search-eval", "--help").stdout.split())
+    assert all(name in shown for name in SAMPLERS), shown

@@ -107,7 +107,9 @@ def search_eval_cmd(
     sweeps: List[Path] = typer.Argument(..., help="Sweep files or directories of them.",
                                         metavar="SWEEPS..."),
     samplers: str = typer.Option("tpe,random,grid", "--samplers", metavar="LIST",
-                                 help="Comma-separated: tpe, random, grid, cmaes."),
+                                 help="Comma-separated: tpe, random, grid, cmaes, or TPE's "
+                                 "alternative settings tpe_startup5, tpe_startup20, "
+                                 "tpe_independent."),
     seeds: int = typer.Option(20, "--seeds", metavar="N",
                               help="Seeded runs per sweep and sampler."),
     budgets: str = typer.Option("16,32,64,128", "--budgets", metavar="LIST",

@@ -31,16 +31,16 @@ from tunefw.errors import UserError
 from tunefw.evaluate.sweepfile import Sweep, merge_sweeps, read_sweep, sweep_paths
 from tunefw.outcome import Status
 from tunefw.templates import config_key, get_family
+from tunefw.tune.sampling import TPE_SETTINGS
 from tunefw.tune.search import ProblemSearch
 from tunefw.tune.space import space_index
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes")
+SAMPLERS = (*TPE_SETTINGS, "random", "grid", "cmaes")
 DEFAULT_SAMPLERS = ("tpe", "random", "grid")
 LEFT_OUT = {"cmaes": "Optuna's CmaEsSampler needs the cmaes package (not installed here) and "
                      "proposes off the recorded configs nearly always (no screen)",
             "gp": "Optuna's GPSampler costs about a second an ask on two cores and is told "
-                  "every NOT_RECORDED proposal; not run here",
-            "tpe_tuned": "the tuned default is issue 17's Deliver 4, not measured here"}
+                  "every NOT_RECORDED proposal; not run here"}
 THRESHOLDS = (0.01, 0.02, 0.05)
 DEFAULT_BUDGETS = (16, 32, 64, 128)
 ASK_CAP = 200  # asks per evaluated trial before a run is called stuck

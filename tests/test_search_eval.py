@@ -123,7 +123,7 @@ def test_tpe_settings_are_samplers_of_search_eval_only():
 
     sweep = read_sweep(DECODE)
     runs = {}
-    for name in ("tpe", "tpe_startup5", "tpe_startup20", "tpe_independent"):
+    for name in ("tpe", "tpe_ei48", "tpe_startup20", "tpe_independent"):
         assert isinstance(make_sampler(name, 0), ScreenedTPE) and name in TPE_SETTINGS
         runs[name] = run_search(sweep, name, 0, 24).values
     # the same seed: the family's seed configs come first alike, then each setting searches

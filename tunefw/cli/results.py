@@ -108,7 +108,7 @@ def search_eval_cmd(
                                         metavar="SWEEPS..."),
     samplers: str = typer.Option("tpe,random,grid", "--samplers", metavar="LIST",
                                  help="Comma-separated: tpe, random, grid, cmaes, or TPE's "
-                                 "alternative settings tpe_startup5, tpe_startup20, "
+                                 "alternative settings tpe_ei48, tpe_startup20, "
                                  "tpe_independent."),
     seeds: int = typer.Option(20, "--seeds", metavar="N",
                               help="Seeded runs per sweep and sampler."),

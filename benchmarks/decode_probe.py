@@ -67,7 +67,7 @@ PLAIN_WIDTHS = (48, 64, 128, 256)
 
 
 def membound_wgmma(problem: GemmProblem, depths: tuple[int, ...] = (64,),
-                   clusters: tuple[int, ...] = (1, 2)) -> list[dict]:
+                   clusters: tuple[int, ...] = (1, 2), swap_all_bm: bool = False) -> list[dict]:
     """wgmma_sm90 configs built for a memory-bound shape: one M tile (the smallest BM >= M the
     schedule allows, so each weight tile is read once; or under swap-AB the smallest BN >= M
     whose multicast half, on a 2-CTA cluster, is still a multiple of 8 rows),
@@ -77,7 +77,9 @@ def membound_wgmma(problem: GemmProblem, depths: tuple[int, ...] = (64,),
     activations from L2 once per weight tile, so with narrow weight tiles the L2-to-SM traffic,
     not HBM, can bound the kernel: wide tiles and multicast cut it. Each at every stage depth
     BK of `depths` (128 and 256 load a weight row's stage as 2 or 4 adjacent 128-byte boxes:
-    longer DRAM runs) and cluster size of `clusters`. The valid ones for the problem."""
+    longer DRAM runs) and cluster size of `clusters`. Under swap-AB the weight rows a CTA holds
+    are the schedule's smallest BM, or (``swap_all_bm``) each of its BMs: 256 rows halve the
+    activation tile's re-reads from L2 against 128. The valid ones for the problem."""
     family = get_family("wgmma_sm90")
     base = family.seed_configs()[0]
     widths = sorted(next(p.values for p in family.params if p.name == "BN"))
@@ -90,7 +92,8 @@ def membound_wgmma(problem: GemmProblem, depths: tuple[int, ...] = (64,),
         if bm is not None:
             shapes += [(0, sched, bm, bn, "tma" if bn % 32 == 0 else "direct", 1, cn)
                        for bn in PLAIN_WIDTHS for cn in clusters]
-        shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1) for bm in bms[:1] for cm in clusters
+        shapes += [(1, sched, bm, tokens(cm), "direct", cm, 1)
+                   for bm in (bms if swap_all_bm else bms[:1]) for cm in clusters
                    if tokens(cm) is not None]
     out = []
     for (swap, sched, bm, bn, epilogue, cm, cn), bk in itertools.product(shapes, depths):
@@ -120,6 +123,8 @@ def main() -> None:
                     help="also every membound_wgmma() config of each decode shape")
     ap.add_argument("--membound-bk", default="64", help="stage depths BK of those configs")
     ap.add_argument("--membound-clusters", default="1,2", help="their cluster sizes")
+    ap.add_argument("--membound-swap-all-bm", action="store_true",
+                    help="swap-AB configs at every BM of their schedule, not the smallest only")
     ap.add_argument("--membound-edges", type=int, default=0, metavar="N",
                     help="up to N of those configs (drawn) on every edge shape too: the tails of "
                          "M, N and K verified")
@@ -148,14 +153,15 @@ def main() -> None:
     if args.membound_edges:
         for m, n, k in EDGE_SHAPES:
             p = GemmProblem(m, n, k)
-            built = membound_wgmma(p, depths, clusters)
+            built = membound_wgmma(p, depths, clusters, args.membound_swap_all_bm)
             add("edge", "wgmma_sm90", p, rng.sample(built, min(args.membound_edges, len(built))),
                 "edge")
     if args.wgmma_membound:
         for label, (n, k) in LAYERS.items():
             for m in decode_m:
                 p = GemmProblem(m, n, k)
-                add("decode", "wgmma_sm90", p, membound_wgmma(p, depths, clusters), label)
+                add("decode", "wgmma_sm90", p, membound_wgmma(p, depths, clusters,
+                                                                  args.membound_swap_all_bm), label)
 
     if args.plan_only:
         counts: dict = {}

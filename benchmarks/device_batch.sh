@@ -44,10 +44,11 @@
 #                     (a weight row's stage in 2 or 4 adjacent boxes: the wgmma probes so far
 #                     loaded 64-deep stages only), 6 of them on each edge shape (K tails of a
 #                     256-deep stage verified); alone in its call
-#   membound6   (420) M = 128 over Llama's four layers, one CTA a cluster, 64- and 128-deep stages
-#                     side by side (membound5 showed 128-deep stages lift M = 64 and 129 where one
-#                     box row was the limit; M = 128 is where the launch ceiling leaves the most
-#                     headroom: ours 0.77-0.87 of it), 567 jobs with the edge shapes
+#   membound6   (540) M = 128 and 129 over Llama's four layers, one CTA a cluster, 64- and
+#                     128-deep stages side by side, swap-AB at every BM (256 weight rows a CTA
+#                     included: half the activation re-reads of 128; never probed), where the
+#                     launch ceiling leaves the most headroom (ours 0.59-0.87 of it); 879 jobs
+#                     with the edge shapes' seeds; alone in its call
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -115,9 +116,9 @@ for name in "$@"; do
     membound5) step membound5 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 0 --m 64,129 --wgmma-membound --membound-bk 128,256 \
         --membound-clusters 1 --membound-edges 6 --name membound5_probe ;;
-    membound6) step membound6 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
-        --per-shape 0 --edge-configs 0 --m 128 --wgmma-membound --membound-bk 64,128 \
-        --membound-clusters 1 --name membound6_probe ;;
+    membound6) step membound6 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
+        --per-shape 0 --edge-configs 0 --m 128,129 --wgmma-membound --membound-bk 64,128 \
+        --membound-clusters 1 --membound-swap-all-bm --name membound6_probe ;;
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

@@ -264,3 +264,18 @@ def test_the_decode_probe_plans_every_family_on_every_decode_shape(monkeypatch, 
     # four Llama layers at M = 64, eight configs each (its valid seeds first), for each family
     # (stream_sm90's MTILES 8 serves M = 64)
     assert "('stream_sm90', 'decode'): 32" in counts and "('skinny_sm90', 'decode'): 32" in counts
+
+
+def test_the_memory_bound_probe_can_hold_more_weight_rows_under_swap_ab():
+    """--membound-swap-all-bm: swap-AB at each BM of its schedule (256 weight rows a CTA halve
+    the activation tile's L2 re-reads against 128), not the smallest only."""
+    probe = _load("decode_probe")
+    family = get_family("wgmma_sm90")
+    problem = GemmProblem(129, 4096, 4096)
+    few = probe.membound_wgmma(problem, depths=(64, 128), clusters=(1,))
+    every = probe.membound_wgmma(problem, depths=(64, 128), clusters=(1,), swap_all_bm=True)
+    assert all(family.check(c, problem, H200) is None for c in every)
+    assert [c for c in few if c in every] == few  # the smallest BMs are kept
+    bms = lambda cs, sched: {c["BM"] for c in cs if c["SWAP_AB"] and c["SCHEDULE"] == sched}  # noqa: E731
+    assert bms(few, "cooperative") == {128} and bms(every, "cooperative") == {128, 256}
+    assert all(c["BN"] == 136 for c in every if c["SWAP_AB"])  # 129 tokens: one 136-wide tile

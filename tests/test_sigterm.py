@@ -120,3 +120,45 @@ def test_a_stop_inside_a_write_lands_once_the_write_has_committed(stop_handlers,
         os.kill(os.getpid(), sig)
         time.sleep(5)
     store.close()
+
+
+@pytest.mark.parametrize("sig, code, said", [(None, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_stop_that_cut_a_database_call_ends_as_the_stop(monkeypatch, sig, code, said):
+    """CI saw psycopg refuse the cleanup of a connection a Ctrl-C had cut mid-statement
+    ("can't change 'autocommit' now: connection in transaction status ACTIVE"): the command
+    ended as an internal error (3) instead of the interrupt it was."""
+    import io
+
+    import typer
+    from rich.console import Console
+
+    from tunefw.cli import exit as cli_exit
+    from tunefw.tune import interrupt
+
+    monkeypatch.setattr(interrupt, "_state", {"terminated": sig == signal.SIGTERM,
+                                              "installed": False, "deferring": 0,
+                                              "pending": False})
+    app = typer.Typer()
+
+    @app.command()
+    def cut() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:  # the connection's cleanup fails while the stop unwinds
+            raise RuntimeError("can't change 'autocommit' now: connection in transaction "
+                               "status ACTIVE")
+
+    @app.command()
+    def bug() -> None:
+        raise RuntimeError("a real bug")
+
+    out = io.StringIO()
+    err = Console(file=out, width=200)
+    command = typer.main.get_command(app)
+    assert cli_exit.run_command(command, ["cut"], err) == code
+    assert out.getvalue() == (f"tunefw: {said}; trials in flight were discarded, launch again "
+                              "to resume\n")
+    monkeypatch.delenv("TUNEFW_DEBUG", raising=False)
+    assert cli_exit.run_command(command, ["bug"], err) == 3  # no stop in its chain: a bug
+    assert "internal error: RuntimeError: a real bug" in out.getvalue()

@@ -1,5 +1,6 @@
 """How the `tunefw` command ends: every error one line on stderr with its exit code (usage 2,
-bad input 1, internal 3, Ctrl-C 130, SIGTERM 143); tracebacks only with TUNEFW_DEBUG=1."""
+bad input 1, internal 3, Ctrl-C 130, SIGTERM 143, also when the stop cut a database call whose
+cleanup failed in turn); tracebacks only with TUNEFW_DEBUG=1."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,20 @@ def interrupted(err: Console) -> int:
     err.print(f"tunefw: {why}; trials in flight were discarded, launch again to resume",
               markup=False)
     return 143 if by_sigterm else 130
+
+
+def stopped_inside(exc: BaseException) -> bool:
+    """Whether a Ctrl-C or SIGTERM is what ``exc`` unwound from: the stop landed inside a
+    database call (a read, or a library's own write) and the cleanup of the cut connection
+    raised in turn (psycopg: "can't change 'autocommit' now ... ACTIVE")."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def run_command(command: Any, args: list[str], err: Console) -> int:
@@ -54,6 +69,8 @@ def run_command(command: Any, args: list[str], err: Console) -> int:
         err.print(f"tunefw: error: {exc}", markup=False)
         return 1
     except Exception as exc:  # a bug, not bad input: one line unless asked for the traceback
+        if stopped_inside(exc):
+            return interrupted(err)
         if os.environ.get("TUNEFW_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0]

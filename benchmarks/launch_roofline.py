@@ -108,6 +108,26 @@ def read_rows(path: Path, floor: dict) -> list[dict]:
     return out
 
 
+def target(m: int) -> float | None:
+    """Issue 13's bar for a decode or odd-M shape: 1.05x cuBLAS at M <= 16, 1.10x at 32-128,
+    1.00x at the odd M 129, 1000 and 4097; None elsewhere."""
+    if m <= 16:
+        return 1.05
+    if 32 <= m <= 128:
+        return 1.10
+    return 1.00 if m in (129, 1000, 4097) else None
+
+
+def against_target(row: dict) -> dict:
+    """The row's bar, whether the ceiling clears it over the same run's cuBLAS, and the share of
+    the ceiling a kernel needs to reach it (over 1: no single launch can)."""
+    bar = target(row["M"])
+    if bar is None:
+        return {"target": None, "reachable": None, "needed_of_ceiling": None}
+    return {"target": bar, "reachable": row["ceiling_over_cublas"] >= bar,
+            "needed_of_ceiling": bar / row["ceiling_over_cublas"]}
+
+
 def newest_by_shape(rows: list[dict]) -> list[dict]:
     """Per shape, the best row of the newest result holding it (rows come oldest first): cuBLAS's
     own time moved up to 2.5x between rounds, so ratios are read within one run only."""
@@ -129,12 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     floor = launch_floor(json.loads(args.micro.read_text()))
     rows = [r for path in args.decode for r in read_rows(path, floor)]
-    newest = newest_by_shape(rows)
+    newest = [dict(r, **against_target(r)) for r in newest_by_shape(rows)]
     small = [r for r in newest if r["M"] <= 16]
     geo = (lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None)
     report = {"script": "benchmarks/launch_roofline.py",
               "inputs": [str(p.resolve().relative_to(REPO)) for p in [args.micro, *args.decode]],
               "floor": floor, "rows": rows, "newest_by_shape": newest,
+              "targets": {"unreachable": [f"{r['M']}x{r['N']}x{r['K']}" for r in newest
+                                          if r["reachable"] is False],
+                          "met": [f"{r['M']}x{r['N']}x{r['K']}" for r in newest
+                                  if r["target"] is not None and r["ratio"] >= r["target"]]},
               "m_le_16": {"shapes": len(small),
                           "geomean_ratio": geo([r["ratio"] for r in small]),
                           "geomean_of_ceiling": geo([r["of_ceiling"] for r in small]),
@@ -146,12 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{variant:>4}: t = {ln['t0_us']:.2f} us + bytes / {ln['bw_tbs']:.2f} TB/s "
               f"(worst residual {100 * ln['max_rel_residual']:.1f}%)")
     print(f"{'source':>18} {'shape':>18} {'family':>12} {'us':>7} {'cuBLAS':>7} {'ceiling':>7} "
-          f"{'ours/ceil':>9} {'ceil/cuBLAS':>11} bound")
+          f"{'ours/ceil':>9} {'ceil/cuBLAS':>11} {'bar':>5} {'needs':>6} bound")
     for r in newest:
         print(f"{r['source'][:-5]:>18} {r['M']:5d}x{r['N']:5d}x{r['K']:5d} "
               f"{r['family'] or '':>12} {r['us']:7.2f} "
               f"{r['cublas_us']:7.2f} {r['ceiling_us']:7.2f} {r['of_ceiling']:9.3f} "
-              f"{r['ceiling_over_cublas']:11.3f} {r['bound']}")
+              f"{r['ceiling_over_cublas']:11.3f} {r['target'] or 0:5.2f} "
+              f"{r['needed_of_ceiling'] or 0:6.3f} {r['bound']}")
+    t = report["targets"]
+    print(f"issue 13's bars: {len(t['met'])} met; {len(t['unreachable'])} beyond the ceiling "
+          f"over the same run's cuBLAS: {', '.join(t['unreachable']) or 'none'}")
     m16 = report["m_le_16"]
     print(f"M <= 16 ({m16['shapes']} shapes): geomean ratio {m16['geomean_ratio']:.3f}, "
           f"{m16['geomean_of_ceiling']:.3f} of the ceiling, ceiling / cuBLAS "

@@ -106,3 +106,13 @@ def test_graph_times_are_fitted_when_every_read_row_has_them():
     floor = roof.launch_floor(doc)
     assert floor["timing"] == "graph_us"
     assert floor["lines"]["ldg"]["t0_us"] == pytest.approx(2.0)
+
+
+def test_issue_13s_bars_are_read_against_the_ceiling():
+    assert [roof.target(m) for m in (1, 16, 17, 32, 128, 129, 1000, 4097, 2048)] == [
+        1.05, 1.05, None, 1.10, 1.10, 1.00, 1.00, 1.00, None]
+    far = roof.against_target({"M": 8, "ceiling_over_cublas": 1.26})
+    assert far["reachable"] and far["needed_of_ceiling"] == pytest.approx(1.05 / 1.26)
+    near = roof.against_target({"M": 64, "ceiling_over_cublas": 1.088})
+    assert near["reachable"] is False and near["needed_of_ceiling"] > 1  # no launch can
+    assert roof.against_target({"M": 2048, "ceiling_over_cublas": 3.0})["target"] is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tunefw.device import H200  # noqa: E402
+from tunefw.measure.bench import geomean  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 DECODE = tuple(f"decode{r}_h200.json" for r in ("", "2", "3", "3b", "4", "5", "6"))  # oldest first
@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for path in args.decode for r in read_rows(path, floor)]
     newest = [dict(r, **against_target(r)) for r in newest_by_shape(rows)]
     small = [r for r in newest if r["M"] <= 16]
-    geo = (lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None)
     report = {"script": "benchmarks/launch_roofline.py",
               "inputs": [str(p.resolve().relative_to(REPO)) for p in [args.micro, *args.decode]],
               "floor": floor, "rows": rows, "newest_by_shape": newest,
@@ -160,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                           "met": [f"{r['M']}x{r['N']}x{r['K']}" for r in newest
                                   if r["target"] is not None and r["ratio"] >= r["target"]]},
               "m_le_16": {"shapes": len(small),
-                          "geomean_ratio": geo([r["ratio"] for r in small]),
-                          "geomean_of_ceiling": geo([r["of_ceiling"] for r in small]),
-                          "geomean_ceiling_over_cublas": geo([r["ceiling_over_cublas"]
+                          "geomean_ratio": geomean([r["ratio"] for r in small]),
+                          "geomean_of_ceiling": geomean([r["of_ceiling"] for r in small]),
+                          "geomean_ceiling_over_cublas": geomean([r["ceiling_over_cublas"]
                                                               for r in small])}}
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"fitted on {floor['timing']} (graph_us: launches replayed as one CUDA graph)")

@@ -47,7 +47,9 @@ SCRIPT = "benchmarks/model_table_h200.py"
 PHASES = ("study", "sweep", "export", "hf", "calibrate", "guard")
 MIN_S = {"study": 30, "sweep": 240, "export": 60, "calibrate": 150, "guard": 180, "hf": 150}
 PACK_S = 20  # kept at the end of a run to pack the state (a phase past it is stopped)
-CONFIRM_S = 90  # left after the search for confirming the winners
+# The sweep's time limit leaves this much of the run: the jobs in flight at the limit and the
+# launch's shutdown (the limit covers the confirmation, which resumes like the search)
+FINISH_S = 30
 FAMILIES = ("stream_sm90", "skinny_sm90", "rows_sm90", "wgmma_sm90")
 DEFAULTS = {"model": "benchmarks/models/llama3_8b/config.json", "m_grid": "1,16,64,512,2048",
             "study": "hf_llama3_8b", "trials": 24, "timeout": 30, "confirm_top": 2}
@@ -259,7 +261,7 @@ def run_phases(args: argparse.Namespace, state: State, out: Path, started: float
             print(f"model_table_h200: {phase} needs {MIN_S[phase]} s, {left():.0f} s left: run again")
             return False
         t0 = time.monotonic()
-        cmd = commands(args, state, left() - MIN_S["export"] - CONFIRM_S)[phase]
+        cmd = commands(args, state, left() - PACK_S - FINISH_S)[phase]
         commit = ["--commit", args.commit] if args.commit else []
         timeout = left() - PACK_S
         if phase == "sweep":

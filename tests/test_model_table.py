@@ -187,6 +187,9 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     with pytest.raises(SystemExit, match="phase sweep: stopped at this run's budget"):
         run("b", 300, out / "a" / tar)  # resumed: no study create again
     assert [c[c.index("--db") + 2] for c in calls[1:]] == ["launch"] and killed[0] <= 300 - mt.PACK_S
+    # the launch's time limit covers its confirmation: it gets all but the pack and the finish
+    limit = int(calls[1][calls[1].index("--time-limit") + 1])
+    assert 300 - mt.PACK_S - mt.FINISH_S - 10 <= limit <= 300 - mt.PACK_S - mt.FINISH_S
     with tarfile.open(out / "b" / tar) as f:  # packed even so
         assert "phases.json" in f.getnames()
     calls.clear()

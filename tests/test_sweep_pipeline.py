@@ -185,6 +185,64 @@ def test_a_launch_ended_midway_resumes_to_the_budget(store):
         assert {w.problem_id for w in s.query(Winner)} == {1, 2}
 
 
+class CountedConfirms(SimEvaluator):
+    """The simulator, counting confirmations; the ``at``-th moves ``clock`` past any deadline."""
+
+    def __init__(self, clock: list[float] | None = None, at: int = 0) -> None:
+        super().__init__(SimSettings(trial_seconds=0.0))
+        self.clock, self.at, self.confirms = clock, at, 0
+
+    def confirm(self, spec, compiled=None) -> Outcome:
+        self.confirms += 1
+        if self.clock is not None and self.confirms == self.at:
+            self.clock[0] = 1e12
+        return super().confirm(spec, compiled)
+
+
+def _winners(store) -> dict[int, tuple[int, float]]:
+    with store.session() as s:
+        return {w.problem_id: (w.trial_id, w.tflops) for w in s.query(Winner) if w.confirmed}
+
+
+def test_a_launch_killed_while_confirming_keeps_its_winners_and_confirms_only_the_rest(store):
+    """Each problem's winner is stored when its held-out re-run is in (one worker: problem 1's
+    two confirmations, then its re-run before problem 2's); the next launch runs no trial and
+    confirms the two problems left, problem 1's winner untouched."""
+    _study(store, trials=3, shapes=SHAPES + ["128x128x128"])
+    with pytest.raises(Killed):  # 9 trials, problem 1's 2 confirmations + re-run, 1 more
+        _launch(store, FakePool(workers=1, stop_after=9 + 3 + 1))
+    first = _winners(store)
+    assert list(first) == [1]
+    evaluator = CountedConfirms()
+    stats = _launch(store, FakePool(workers=1, evaluator=evaluator))
+    assert stats["trials"] == 0 and stats["confirmed"] == 2 and not stats["stopped_at_time_limit"]
+    assert evaluator.confirms == 2 * 3  # problems 2 and 3: two confirmations and a re-run each
+    winners = _winners(store)
+    assert set(winners) == {1, 2, 3} and winners[1] == first[1]
+
+
+def test_the_time_limit_cuts_the_confirmation_between_problems(store, monkeypatch):
+    """A deadline passed during problem 1's re-run: its winner is stored, nothing more starts,
+    the launch says it stopped at its time limit; the next launch confirms the rest."""
+    import tunefw.tune.pipeline as pipeline_module
+
+    clock = [0.0]
+    monkeypatch.setattr(pipeline_module, "time", type("Clock", (), {
+        "monotonic": staticmethod(lambda: clock[0])}))
+    _study(store, trials=3)
+    evaluator = CountedConfirms(clock, at=3)
+    stats = _launch(store, FakePool(workers=1, evaluator=evaluator), time_limit_s=1000.0)
+    assert stats["trials"] == 6 and stats["confirmed"] == 1 and stats["stopped_at_time_limit"]
+    assert evaluator.confirms == 3 and list(_winners(store)) == [1]
+    with store.session() as s:
+        assert q.get_study(s, "s").stats == stats
+        assert q.has_work(s, q.get_study(s, "s"), 3)
+    again = _launch(store, FakePool(workers=1))
+    assert again["confirmed"] == 1 and not again["stopped_at_time_limit"]
+    with store.session() as s:
+        assert set(_winners(store)) == {1, 2} and not q.has_work(s, q.get_study(s, "s"), 3)
+
+
 def test_a_lost_attempt_without_its_retry_frees_the_config_on_resume(store):
     """A launch killed between a WORKER_LOST row and its retry: the config is not counted, and
     not known (it may be asked again), unlike a finished trial."""
@@ -242,4 +300,7 @@ def test_compiles_ahead_and_a_failed_compile_is_a_counted_outcome(store, db_url)
     ran = [j for j in pool.jobs if j.kind == "evaluate"]
     assert len(ran) == 6 - len(failed) and all(j.compiled.cubin == b"cubin" for j in ran)
     confirmed = [j for j in pool.jobs if j.kind == "confirm"]
-    assert compiler.submitted == 6 + len(confirmed) and compiler.closed
+    re_runs = [j for j in confirmed if j.context[2] == "held_out"]
+    assert re_runs and all(j.compiled.cubin == b"cubin" for j in confirmed)
+    # a pick's re-run takes its confirmation's cubin: the compiler is not asked again
+    assert compiler.submitted == 6 + len(confirmed) - len(re_runs) and compiler.closed

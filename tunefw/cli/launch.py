@@ -66,8 +66,9 @@ def launch(
                                              help="Cubin cache directory "
                                              "(default $TUNEFW_CACHE_DIR or ~/.cache/tunefw)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", metavar="SECONDS",
-                                               help="Stop asking for new trials after this long, "
-                                               "finish those in flight; launch again to resume."),
+                                               help="Stop asking for new trials (or confirming "
+                                               "winners) after this long, finish those in "
+                                               "flight; launch again to resume."),
 ) -> None:
     """Run (or resume) a study's sweep on local Ray or an existing Ray cluster."""
     started_at = time.monotonic()
@@ -107,8 +108,8 @@ def launch(
     with LaunchProgress(out, spaces_for=spec if device is None else None,
                         while_starting=spaces) as progress:
         stats = Sweep(store, name, options, progress.hook).run()
-    if not stats["trials"]:
-        out.print(f"study {name}: nothing left to run (every problem has its budget)")
+    if not stats["trials"]:  # every problem had its budget: this launch only confirmed
+        _confirm_line(name, stats)
         return
     startup = startup_figures(stats)
     out.print(f"study {name}: {stats['trials']} trials in {stats['wall_s']:.1f} s "
@@ -120,5 +121,14 @@ def launch(
         out.print(f"{stats['rejected']} config(s) rejected without running (INVALID: refused "
                   "by the family's checks; NOT_RECORDED under replay): stored as rows of their "
                   "own, with trial ids, counted in no budget", markup=False, highlight=False)
+    _confirm_line(None, stats)
+
+
+def _confirm_line(name: str | None, stats: dict) -> None:
+    """What the launch's confirmation did, and whether the time limit cut it or the search."""
+    if stats.get("confirmed"):
+        out.print(f"{'study ' + name + ': ' if name else ''}{stats['confirmed']} winner(s) "
+                  "confirmed", markup=False, highlight=False)
     if stats["stopped_at_time_limit"]:
-        out.print("time limit reached: trials in flight were finished; launch again to resume")
+        out.print("time limit reached: trials in flight were finished; launch again to resume",
+                  markup=False, highlight=False)

@@ -198,12 +198,19 @@ def has_work(s: Session, study: Study, budget: int) -> bool:
         counts = outcome_counts(s, problem, study.round)
         if evaluated_count(counts) < budget:
             return True
-        winner = s.get(Winner, problem.id)
-        confirmed = s.get(Trial, winner.trial_id) if winner and winner.confirmed else None
-        if counts.get(Status.OK.value, 0) and (confirmed is None
-                                               or confirmed.round != study.round):
+        if counts.get(Status.OK.value, 0) and not confirmed_in_round(s, problem, study.round):
             return True
     return False
+
+
+def confirmed_in_round(s: Session, problem: Problem, round_: int) -> bool:
+    """Whether the problem's winner was confirmed from a trial of this round (a launch cut
+    during confirmation keeps these and confirms only the rest)."""
+    winner = s.get(Winner, problem.id)
+    if winner is None or not winner.confirmed:
+        return False
+    trial = s.get(Trial, winner.trial_id)
+    return trial is not None and trial.round == round_
 
 
 def problem_summary(s: Session, study: Study, problem: Problem) -> dict:

@@ -2,7 +2,9 @@
 pipeline and pool; the best ratio picks the problem's winner, and the pick is re-timed once more
 on its own (held out): the best of N noisy confirmations overstates the winner's ratio (the
 winner's curse), and a dispatch table decides on that figure whether to ship the kernel or
-cuBLAS. A pick whose re-run fails (a wrong answer on another launch) is passed over."""
+cuBLAS. A pick whose re-run fails (a wrong answer on another launch) is passed over. Each
+problem's winner is stored as soon as it is known: confirming a large study takes minutes, and
+a launch cut in the middle keeps what it confirmed."""
 from __future__ import annotations
 
 from tunefw.outcome import Outcome, TrialSpec
@@ -21,64 +23,88 @@ def ranked(rows: list[tuple[int, Outcome]]) -> list[tuple[int, Outcome]]:
 
 
 class Confirmer:
-    """Confirms a round's top ``top`` configs per problem, stores the winners and reports them
-    (event "confirmed": each winner's confirmed and screened ratio)."""
+    """Confirms a round's top ``top`` configs per problem and stores each problem's winner the
+    moment its held-out re-run is in (event "confirmed", one per winner: its confirmed and
+    screened ratio). Problems whose winner this round already confirmed are skipped, so a launch
+    cut during confirmation (time limit, Ctrl-C, a kill) redoes only the problems it had not
+    finished."""
 
     def __init__(self, pipeline: Pipeline, round_: int, top: int) -> None:
         self.pipeline = pipeline
         self.round = round_
         self.top = top
         self.screened: dict[int, float | None] = {}  # trial id -> the ratio its screen measured
+        self.specs: dict[int, TrialSpec] = {}  # trial id -> what its confirmation runs
+        self.waiting: dict[int, int] = {}  # problem id -> confirmations not yet in
+        self.results: dict[int, list[tuple[int, Outcome]]] = {}  # problem id -> OK confirmations
+        self.queue: dict[int, list[tuple[int, Outcome]]] = {}  # problem id -> held-out candidates
+        self.picked: dict[int, tuple[int, Outcome]] = {}
+        self.compiled: dict[int, object] = {}  # trial id -> its confirmation's cubin (re-runs)
 
     def jobs(self) -> list[Job]:
-        """One confirm job per top config of each problem (context: problem id, trial id)."""
+        """One confirm job per top config of each problem not yet confirmed this round
+        (context: problem id, trial id, "confirm")."""
         jobs = []
         with self.pipeline.recorder.store.session() as s:
             for st in self.pipeline.states.values():
+                if q.confirmed_in_round(s, st.row, self.round):
+                    continue
                 for t in q.top_trials(s, st.row, self.round, self.top):
                     self.screened[t.id] = t.ratio
                     spec = self.pipeline.trial_spec(st, t.optuna_trial or t.id, t.family,
                                                     t.config)
-                    jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id)))
+                    self.specs[t.id] = spec
+                    self.waiting[st.row.id] = self.waiting.get(st.row.id, 0) + 1
+                    jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id, "confirm")))
         return jobs
 
-    def held_out(self, results: dict[int, list[tuple[int, Outcome]]],
-                 specs: dict[int, TrialSpec]) -> dict[int, tuple[int, Outcome]]:
-        """Each problem's pick re-timed on its own (``specs``: trial id -> what its confirmation
-        ran), that figure its winner's; a pick whose re-run fails gives way to the next confirmed
-        config (none left: no winner this launch)."""
-        queue = {problem_id: ranked(rows) for problem_id, rows in results.items()}
-        picked: dict[int, tuple[int, Outcome]] = {}
-        while queue:
-            jobs = [Job(specs[rows[0][0]], kind="confirm", context=(problem_id, rows[0][0]))
-                    for problem_id, rows in queue.items()]
-            for job, outcome in self.pipeline.run_jobs(jobs):
-                problem_id, trial_id = job.context
-                if outcome.ok:
-                    picked[problem_id] = (trial_id, outcome)
-                    del queue[problem_id]
-                else:
-                    queue[problem_id].pop(0)
-                    if not queue[problem_id]:
-                        del queue[problem_id]
-        return picked
+    def _next_held_out(self, problem_id: int) -> list[Job]:
+        """The problem's best confirmed config not yet passed over, re-timed on its own (the
+        held-out figure is the winner's: the best of N noisy confirmations overstates it)."""
+        rows = self.queue.get(problem_id)
+        if not rows:
+            self.queue.pop(problem_id, None)  # none left: no winner this launch
+            return []
+        trial_id = rows[0][0]
+        return [Job(self.specs[trial_id], compiled=self.compiled.get(trial_id), kind="confirm",
+                    context=(problem_id, trial_id, "held_out"))]
 
-    def run(self) -> dict[int, tuple[int, Outcome]]:
-        """Confirm, store and return the winners: problem id -> (trial id, confirmation)."""
+    def _arrived(self, job: Job, outcome: Outcome) -> list[Job]:
+        """One confirmation's outcome: the jobs it leads to (a held-out re-run, or the next
+        candidate's when a pick's re-run fails)."""
+        problem_id, trial_id, stage = job.context
+        if stage == "confirm":
+            self.compiled[trial_id] = job.compiled
+            if outcome.ok:
+                self.results.setdefault(problem_id, []).append((trial_id, outcome))
+            self.waiting[problem_id] -= 1
+            if self.waiting[problem_id]:
+                return []
+            self.queue[problem_id] = ranked(self.results.pop(problem_id, []))
+            return self._next_held_out(problem_id)
+        if not outcome.ok:  # a pick whose re-run fails (a wrong answer on another launch)
+            self.queue[problem_id].pop(0)
+            return self._next_held_out(problem_id)
+        del self.queue[problem_id]
+        self._store(problem_id, trial_id, outcome)
+        return []
+
+    def _store(self, problem_id: int, trial_id: int, best: Outcome) -> None:
+        """Write one winner (its own transaction) and report it."""
+        self.picked[problem_id] = (trial_id, best)
+        self.pipeline.recorder.winners({problem_id: (trial_id, best)})
+        self.pipeline.progress("confirmed", {"winners": [
+            {"key": self.pipeline.states[problem_id].row.key, "trial_id": trial_id,
+             "ratio": best.ratio, "tflops": best.tflops,
+             "screen_ratio": self.screened.get(trial_id)}]})
+
+    def run(self, deadline: float | None = None) -> dict[int, tuple[int, Outcome]]:
+        """Confirm and store the winners of the problems not yet confirmed this round: problem
+        id -> (trial id, confirmation). Past ``deadline`` (time.monotonic()) nothing more
+        starts (``self.pipeline.cut`` then says so): the next launch confirms the rest."""
         jobs = self.jobs()
         if not jobs:
             return {}
-        self.pipeline.progress("confirm", {"configs": len(jobs)})
-        results: dict[int, list[tuple[int, Outcome]]] = {}
-        for job, outcome in self.pipeline.run_jobs(jobs):
-            problem_id, trial_id = job.context
-            if outcome.ok:
-                results.setdefault(problem_id, []).append((trial_id, outcome))
-        picked = self.held_out(results, {job.context[1]: job.spec for job in jobs})
-        self.pipeline.recorder.winners(picked)
-        states = self.pipeline.states
-        self.pipeline.progress("confirmed", {"winners": [
-            {"key": states[problem_id].row.key, "trial_id": trial_id, "ratio": best.ratio,
-             "tflops": best.tflops, "screen_ratio": self.screened.get(trial_id)}
-            for problem_id, (trial_id, best) in picked.items()]})
-        return picked
+        self.pipeline.progress("confirm", {"configs": len(jobs), "problems": len(self.waiting)})
+        self.pipeline.run_jobs(jobs, self._arrived, deadline)
+        return self.picked

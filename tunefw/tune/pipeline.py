@@ -82,6 +82,7 @@ class Pipeline:
         self.times = LoopTimes()
         self.first_result_at: float | None = None  # time.monotonic() of the first trial's result
         self.rejected = 0  # configs stored as INVALID or NOT_RECORDED, never run: rows (and ids)
+        self.cut = False  # run_jobs stopped at its deadline with jobs left
 
     def trial_spec(self, st: ProblemState, trial_id: int, family: str,
                    config: dict) -> TrialSpec:
@@ -236,21 +237,35 @@ class Pipeline:
                           any(st.ready or st.room() > 0 for st in self.states.values()))
 
     # ---- jobs through compile and the pool ------------------------------------------------------
-    def run_jobs(self, jobs: list[Job]) -> list[tuple[Job, Outcome]]:
-        """Compile and run ``jobs`` (the pipeline's search is over) to their outcomes."""
+    def run_jobs(self, jobs: list[Job], then: Callable[[Job, Outcome], list[Job]] | None = None,
+                 deadline: float | None = None) -> list[tuple[Job, Outcome]]:
+        """Compile and run ``jobs`` (the pipeline's search is over) to their outcomes, handing
+        each to ``then`` as it arrives (what it returns runs too: a confirmation's next step).
+        Past ``deadline`` (time.monotonic()) nothing more starts: queued jobs are dropped, the
+        running ones finish; ``self.cut`` says whether that happened."""
         results: list[tuple[Job, Outcome]] = []
+        self.cut = False
         for job in jobs:
             self._queue(job)
         while self.pending or self.compiling or self.pool.in_flight:
-            results += self._collect_compiles()
+            if deadline is not None and time.monotonic() > deadline and (
+                    self.pending or self.compiling):
+                self.cut = True
+                self.pending, self.compiling = [], []
+            finished = self._collect_compiles()
             self._dispatch()
-            results += self._settle(*self.pool.poll(0.05))
+            finished += self._settle(*self.pool.poll(0.05))
+            for job, outcome in finished:
+                results.append((job, outcome))
+                for follow in then(job, outcome) if then else []:
+                    self._queue(follow, first=True)  # it finishes a problem: before the rest
             self._report_events()
         return results
 
-    def _queue(self, job: Job) -> None:
-        if self.compiler is None:
-            self.pending.append(job)
+    def _queue(self, job: Job, first: bool = False) -> None:
+        """To the workers (first in line, or last), through the compiler unless compiled."""
+        if self.compiler is None or job.compiled is not None:
+            self.pending.insert(0 if first else len(self.pending), job)
             return
         spec = job.spec
         future = self.compiler.submit(get_family(spec.family), spec.config,

@@ -135,10 +135,10 @@ class Sweep:
 
     def run(self) -> dict:
         """Run the search to its budget (resuming where a previous launch stopped), confirm the
-        winners, store and return the sweep figures. With a time limit, stop asking when it is
-        reached, finish the trials in flight and return (a later launch resumes). The study's
-        launch lease is held throughout: a live one elsewhere refuses this launch (before any
-        worker starts), a stale one is taken over and said so."""
+        winners not yet confirmed, store and return the sweep figures. With a time limit, stop
+        asking (or confirming) when it is reached, finish the jobs in flight and return (a later
+        launch resumes). The study's launch lease is held throughout: a live one elsewhere
+        refuses this launch (before any worker starts), a stale one is taken over and said so."""
         started = self.options.started_at or time.monotonic()
         self.lease = take(self.store.engine, self.study_id, self.name)
         if self.lease.took_over is not None:
@@ -153,14 +153,18 @@ class Sweep:
     def _run(self, started: float) -> dict:
         try:
             pipeline = self._open()
-            wall_s, stopped = pipeline.search(self.options.time_limit_s)
+            limit = self.options.time_limit_s
+            deadline = None if limit is None else time.monotonic() + limit
+            wall_s, stopped = pipeline.search(limit)
             stats = sweep_stats(self.pool, pipeline.times, self.asker, wall_s,
                                 len(self.sampler_hosts), self.options.backend, stopped,
                                 started, pipeline.first_result_at, pipeline.rejected)
+            if not stopped:  # the time limit covers the confirmation too: it resumes as well
+                stats["confirmed"] = len(Confirmer(pipeline, self.round,
+                                                   self.spec.confirm_top).run(deadline))
+                stats["stopped_at_time_limit"] = pipeline.cut
             if stats["trials"]:
                 pipeline.recorder.stats(stats)
-            if not stopped:
-                Confirmer(pipeline, self.round, self.spec.confirm_top).run()
             self.progress("end", stats)
             return stats
         finally:

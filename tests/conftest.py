@@ -249,8 +249,8 @@ def seed_study(db_url: str, name: str, shapes: tuple[str, ...], trials: int = 5,
                                    tflops=100.0 + 10 * n, rel_err=1e-3, cublas_tflops=150.0,
                                    fingerprint=fp, gpu=str(n % 2), evaluator="sim"))
                 rows.append(q.record_trial(s, study, problem, family.family, config,
-                                           config_key(family.family, config), outcome, "src",
-                                           n))
+                                           config_key(family.family, config), outcome,
+                                           family.source_hash(), n))
             best = q.best_trial(s, problem, study.round)
             q.set_winner(s, problem, best, best.tflops, best.cublas_tflops, confirmed=True)
             winners.append(best.id)

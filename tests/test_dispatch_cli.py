@@ -23,6 +23,7 @@ from tunefw.templates import FAMILIES
 
 FP = {"name": "NVIDIA H200", "cc": 90, "sm_count": 132}
 WG = dict(FAMILIES["wgmma_sm90"].default_config(), CLUSTER_M=1)
+SRC = FAMILIES["wgmma_sm90"].source_hash()  # the trials measured today's kernel
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def tuned_db(db_url):
             ratio = 0.8 if prow.M in (16, 300) else 1.05
             outcome = Outcome(Status.OK, tflops=100.0 * ratio, cublas_tflops=100.0,
                               fingerprint=FP, evaluator="cuda")
-            trial = q.record_trial(s, study, prow, "wgmma_sm90", WG, "k", outcome, "src", None)
+            trial = q.record_trial(s, study, prow, "wgmma_sm90", WG, "k", outcome, SRC, None)
             q.set_winner(s, prow, trial, trial.tflops, trial.cublas_tflops, confirmed=True)
     return db_url
 
@@ -99,6 +100,31 @@ def test_study_show_marks_problems_exported_as_cublas(tuned_db, monkeypatch):
     monkeypatch.setattr(tunefw.cli.study, "out", Console(width=300))
     text = _run("study", "show", "m").stdout
     assert "cuBLAS (loses)" in text
+
+
+def test_a_winner_measured_with_another_kernel_source_is_exported_as_cublas(tuned_db, tmp_path,
+                                                                             monkeypatch):
+    """The kernel today's source builds was never timed or verified: export ships cuBLAS for it
+    (JSON and header alike) and `study show` says why; the other winners are untouched."""
+    import sqlite3
+
+    con = sqlite3.connect(tuned_db.removeprefix("sqlite:///"))
+    con.execute("UPDATE tunefw_trial SET source_hash = '0123456789abcdef' WHERE problem_id IN "
+                "(SELECT id FROM tunefw_problem WHERE M = 32 AND N = 1536)")
+    con.commit()
+    con.close()
+    monkeypatch.setenv("TUNEFW_DB", tuned_db)
+    assert _run("export", str(tmp_path / "d.json"), "--study", "m").exit_code == 0
+    table = load(tmp_path / "d.json")
+    stale = next(e for e in table.entries if (e.M, e.N) == (32, 1536))
+    assert stale.is_cublas and stale.reason == (
+        f"wgmma_sm90's kernel source changed since trial {stale.trial_id} was measured "
+        f"(0123456789abcdef -> {SRC}): launch a new round to tune it again")
+    assert not next(e for e in table.entries if (e.M, e.N) == (64, 1536)).is_cublas
+    shown = json.loads(_run("study", "show", "m", "--json").stdout)
+    why = {(p["M"], p["N"]): (p["export_route"], p["export_why"]) for p in shown["problems"]}
+    assert why[(32, 1536)] == ("cublas", "source changed") and why[(16, 1536)] == ("cublas", "loses")
+    assert why[(64, 1536)] == ("kernel", None)
 
 
 def _fake_timer(ratios):

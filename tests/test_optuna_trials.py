@@ -128,6 +128,30 @@ def test_a_round_stored_under_the_old_space_hash_asks_for_new_round(store):
         assert study.round == 1 and study.space_hashes == {"wgmma_sm90": WGMMA.space_hash()}
 
 
+def test_a_round_measured_with_another_kernel_source_asks_for_new_round(store):
+    """Trials of the round ran an older wgmma_sm90 source: resuming would rank and confirm two
+    kernels under one config, so the launch is refused until a new round; a trial measured
+    with today's source resumes as before."""
+    fingerprint = {"name": "NVIDIA H200", "method": "anchored-1"}
+    config = WGMMA.seed_configs()[0]
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        study.fingerprint, study.space_hashes = fingerprint, {"wgmma_sm90": WGMMA.space_hash()}
+        problem = study.problems[0]
+        ok = Outcome(Status.OK, tflops=700.0, cublas_tflops=800.0)
+        q.record_trial(s, study, problem, "wgmma_sm90", config, "k0", ok, WGMMA.source_hash(), 0)
+        guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=False)  # today's source
+        q.record_trial(s, study, problem, "wgmma_sm90", config, "k1", ok, "0123456789abcdef", 1)
+        with pytest.raises(UserError) as exc:
+            guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=False)
+        assert str(exc.value) == (
+            f"study 's' round 0: wgmma_sm90's kernel source changed since its trials were "
+            f"measured (0123456789abcdef, {WGMMA.source_hash()} -> {WGMMA.source_hash()}): pass "
+            "--new-round to start a new round (unchanged families' results are reused)")
+        guard_round(s, study, fingerprint, ["wgmma_sm90"], new_round=True)
+        assert study.round == 1
+
+
 @pytest.mark.slow
 def test_a_launched_sim_study_shows_real_values_in_optuna(db_url, tmp_path, ray_head):
     spec = {"name": "o", "trials": 3, "families": ["mma_sm80"], "problems": [{"shape": "256x256x256"}],

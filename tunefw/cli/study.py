@@ -145,6 +145,7 @@ def show_data(name: str) -> dict:
     """What `study show` prints: per problem its outcomes, best config (confirmed and screen
     figures, ptxas's) and export route; the last launch's figures; the result kind."""
     from tunefw.report.data import result_kind
+    from tunefw.export.table import changed_source
     from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO
     from tunefw.store import queries as q
     store = open_db()
@@ -153,11 +154,12 @@ def show_data(name: str) -> dict:
         data = {"name": study.name, "round": study.round, "stats": study.stats,
                 "kind": result_kind(study.backend, study.fingerprint or {}, study.stats or {}),
                 "problems": [q.problem_summary(s, study, p) for p in study.problems]}
-    for p in data["problems"]:  # what `tunefw export` (default --min-ratio) ships for it
+    for p in data["problems"]:  # what `tunefw export` (default --min-ratio) ships for it, why
         best = p["best"]
-        p["export_route"] = None if best is None else (
-            "kernel" if best["ratio"] is not None and best["ratio"] >= DEFAULT_MIN_RATIO
-            else "cublas")
+        loses = best is not None and (best["ratio"] is None or best["ratio"] < DEFAULT_MIN_RATIO)
+        stale = best is not None and changed_source(best["family"], best["source_hash"]) is not None
+        p["export_route"] = None if best is None else "cublas" if loses or stale else "kernel"
+        p["export_why"] = "loses" if loses else "source changed" if stale else None
     return data
 
 
@@ -185,7 +187,8 @@ def study_show(name: str = typer.Argument(..., metavar="NAME", help="Study name.
                       number(best.get("cublas_tflops")), best.get("family", "-"),
                       knobs(best["family"], best["config"]) if best else "-",
                       str(best.get("trial_id", "-")),
-                      {"kernel": "kernel", "cublas": "cuBLAS (loses)", None: "-"}[p["export_route"]])
+                      "-" if p["export_route"] is None else "kernel" if p["export_route"] ==
+                      "kernel" else f"cuBLAS ({p['export_why']})")
     out.print(table)
     line = launch_line(data["stats"], kind)
     if line:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tunefw.errors import UserError
@@ -21,7 +22,8 @@ FORMATS = ("json", "csv", "cpp")
 def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
                 min_ratio: float = DEFAULT_MIN_RATIO) -> DispatchTable:
     """One entry per problem: its confirmed winner, else its best OK trial (by ratio to cuBLAS);
-    an entry whose ratio is below ``min_ratio`` (or unknown) is a cuBLAS route with its reason."""
+    an entry whose ratio is below ``min_ratio`` (or unknown), or whose family's kernel source
+    changed since it was measured, is a cuBLAS route with its reason."""
     if not (min_ratio >= 0 and min_ratio < float("inf")):
         raise UserError(f"--min-ratio {min_ratio}: expected a finite number >= 0")
     with store.session() as s:
@@ -43,7 +45,8 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             config = FAMILIES[trial.family].upgrade(trial.config) if trial.family in FAMILIES else trial.config
             entry = DispatchEntry(prow.M, prow.N, prow.K, prow.dtype, prow.layout, trial.family,
                                   config, tflops, cublas, trial.id, label=prow.label or "")
-            entries.append(apply_min_ratio(entry, min_ratio, what))
+            entries.append(_source_unchanged(apply_min_ratio(entry, min_ratio, what),
+                                             trial.source_hash))
         if not entries:
             raise UserError(f"study {study.name!r} has no OK trial to export (launch it first)")
         entries.sort(key=lambda e: (e.dtype, e.layout, e.N, e.K, e.M))  # grouped by layer
@@ -55,6 +58,24 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             "mixed": list(fingerprints.values())}
         return DispatchTable(simulated="sim" in evaluators, fingerprint=fingerprint,
                              entries=entries, min_ratio=min_ratio)
+
+
+def changed_source(family: str, measured: str | None) -> str | None:
+    """The family's kernel source hash today when it differs from the one a trial was measured
+    with (None: unchanged, or the trial recorded none)."""
+    now = FAMILIES[family].source_hash() if family in FAMILIES else "unknown"
+    return now if measured and measured != now else None
+
+
+def _source_unchanged(entry: DispatchEntry, measured: str) -> DispatchEntry:
+    """The entry as a cuBLAS route when its family's kernel source changed since the trial was
+    measured: the kernel a runtime would build from today's source was never timed or verified."""
+    now = changed_source(entry.family, measured)
+    if entry.is_cublas or now is None:
+        return entry
+    return replace(entry, route="cublas", reason=f"{entry.family}'s kernel source changed since "
+                   f"trial {entry.trial_id} was measured ({measured} -> {now}): launch a new "
+                   "round to tune it again")
 
 
 def render(table: DispatchTable, fmt: str) -> str:

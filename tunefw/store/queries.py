@@ -148,6 +148,17 @@ def _ranked(problem: Problem, round_: int) -> Select:
         Trial.status == Status.OK.value).order_by(Trial.ratio.desc().nulls_last(), Trial.id)
 
 
+def round_source_hashes(s: Session, study: Study) -> dict[str, set[str]]:
+    """The kernel sources (family -> source hashes) the study's current round was measured with."""
+    rows = s.execute(select(Trial.family, Trial.source_hash).where(
+        Trial.study_id == study.id, Trial.round == study.round).distinct())
+    found: dict[str, set[str]] = {}
+    for family, source_hash in rows:
+        if source_hash:  # rows written without one (older files) say nothing of the source
+            found.setdefault(family, set()).add(source_hash)
+    return found
+
+
 def best_trial(s: Session, problem: Problem, round_: int) -> Trial | None:
     return s.scalar(_ranked(problem, round_).limit(1))
 
@@ -242,4 +253,5 @@ def _screen(t: Trial | None) -> dict:
     return {"screen_ratio": t.ratio if t else None, "screen_tflops": t.tflops if t else None,
             "ptxas_regs": t.ptxas_regs if t else None,
             "ptxas_smem_bytes": t.ptxas_smem_bytes if t else None,
-            "ptxas_spill_bytes": t.ptxas_spill_bytes if t else None}
+            "ptxas_spill_bytes": t.ptxas_spill_bytes if t else None,
+            "source_hash": t.source_hash if t else None}

@@ -72,7 +72,9 @@ def usable_families(spec: StudySpec, device: DeviceSpec) -> list[str]:
 
 def guard_round(s, study: Study, fingerprint: dict, families: list[str],
                 new_round: bool) -> None:
-    """Refuse to resume on another device or after the space changed, unless a new round."""
+    """Refuse to resume on another device, after a family's space changed, or after the kernel
+    source of a family the round measured changed (its ranking and the confirmation would mix
+    two kernels under one config), unless a new round."""
     hashes = {f: get_family(f).space_hash() for f in families}
     if study.fingerprint is not None and new_round:
         study.round += 1
@@ -93,6 +95,13 @@ def guard_round(s, study: Study, fingerprint: dict, families: list[str],
     if study.space_hashes != hashes:
         raise UserError(f"study {study.name!r}: a family's parameter space changed since round "
                         f"{study.round}: pass --new-round to start a new round")
+    for family, measured in sorted(q.round_source_hashes(s, study).items()):
+        now = get_family(family).source_hash() if family in FAMILIES else None
+        if measured - {now}:  # the round's rankings, confirmation and winners are of one kernel
+            raise UserError(f"study {study.name!r} round {study.round}: {family}'s kernel source "
+                            f"changed since its trials were measured ({', '.join(sorted(measured))}"
+                            f" -> {now}): pass --new-round to start a new round (unchanged "
+                            "families' results are reused)")
 
 
 def ray_pool(options: LaunchOptions, spec: StudySpec, replay: str | None) -> WorkerPool:

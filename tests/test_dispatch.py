@@ -73,6 +73,31 @@ def test_an_exact_entry_whose_config_fails_its_own_shape_serves_nothing():
             lookup(good, GemmProblem(9, 1032, 1040)).M) == ("bucket", 16)
 
 
+def test_an_entry_measured_on_another_kernel_source_is_unproven(tmp_path):
+    """tunefw upgraded, or a template edited, since the table was measured: the kernel this
+    installation builds was never timed, so the entry (exact here, bucket for M=3000) is only
+    a candidate for the first-call guard; a table without hashes, or with today's, serves it."""
+    today = FAMILIES["wgmma_sm90"].source_hash()
+    old = _table([_e(4096, source_hash="0123456789abcdef")])
+    for m, rule in ((4096, "exact"), (3000, "bucket")):
+        route = decide(old, GemmProblem(m, 4096, 4096))
+        assert (route.path, route.entry, route.candidate.M, route.rule) == (
+            "unproven", None, 4096, rule)
+        assert route.reason.endswith(f"wgmma_sm90's kernel source changed since it was measured "
+                                     f"(0123456789abcdef -> {today}): unproven, cuBLAS unless "
+                                     "the guard measures it")
+    for same in (_table([_e(4096, source_hash=today)]), _table([_e(4096)])):
+        assert decide(same, GemmProblem(4096, 4096, 4096)).path == "exact"
+    # written and read back: the hash kept, left out where unknown; a malformed one refused
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(old.as_dict()))
+    assert dispatch.load(path).entries[0].source_hash == "0123456789abcdef"
+    assert "source_hash" not in _table([_e(4096)]).as_dict()["entries"][0]
+    path.write_text(json.dumps(old.as_dict()).replace("0123456789abcdef", "src"))
+    with pytest.raises(UserError, match=r"entries\[0\]\.source_hash"):
+        dispatch.load(path)
+
+
 # ---- cuBLAS routes ------------------------------------------------------------------------
 def test_version_1_files_load_and_losing_winners_become_cublas_routes(tmp_path):
     entries = [_entry(4096, 4096, 4096), dict(_entry(128, 6144, 4096), tflops=80.0),

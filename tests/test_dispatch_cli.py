@@ -120,7 +120,8 @@ def test_a_winner_measured_with_another_kernel_source_is_exported_as_cublas(tune
     assert stale.is_cublas and stale.reason == (
         f"wgmma_sm90's kernel source changed since trial {stale.trial_id} was measured "
         f"(0123456789abcdef -> {SRC}): launch a new round to tune it again")
-    assert not next(e for e in table.entries if (e.M, e.N) == (64, 1536)).is_cublas
+    kept = next(e for e in table.entries if (e.M, e.N) == (64, 1536))
+    assert not kept.is_cublas and kept.source_hash == SRC  # what a runtime checks its own against
     shown = json.loads(_run("study", "show", "m", "--json").stdout)
     why = {(p["M"], p["N"]): (p["export_route"], p["export_why"]) for p in shown["problems"]}
     assert why[(32, 1536)] == ("cublas", "source changed") and why[(16, 1536)] == ("cublas", "loses")

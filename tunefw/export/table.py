@@ -44,7 +44,8 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             evaluators.add(trial.evaluator)
             config = FAMILIES[trial.family].upgrade(trial.config) if trial.family in FAMILIES else trial.config
             entry = DispatchEntry(prow.M, prow.N, prow.K, prow.dtype, prow.layout, trial.family,
-                                  config, tflops, cublas, trial.id, label=prow.label or "")
+                                  config, tflops, cublas, trial.id, label=prow.label or "",
+                                  source_hash=trial.source_hash or None)
             entries.append(_source_unchanged(apply_min_ratio(entry, min_ratio, what),
                                              trial.source_hash))
         if not entries:

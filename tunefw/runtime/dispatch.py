@@ -45,6 +45,9 @@ class DispatchEntry:
     label: str = ""
     route: str = "kernel"  # 'cublas': the winner lost to cuBLAS; lookup serves cuBLAS for it
     reason: str | None = None  # why a cuBLAS route
+    # the family's kernel source hash the winner was measured with (None: a table written
+    # before it was recorded); a runtime whose templates hash otherwise has not measured it
+    source_hash: str | None = None
 
     @property
     def problem(self) -> GemmProblem:
@@ -61,7 +64,10 @@ class DispatchEntry:
         return self.route == "cublas"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["source_hash"] is None:  # unknown: the key is left out, as older tables have it
+            del d["source_hash"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,8 @@ def _semantic(data, path: str) -> DispatchTable:
             raise UserError(f"{where}: duplicate of entries[{seen[key]}] ({key})")
         seen[key] = i
         extra = {} if data.schema_version == 1 else {
-            "label": raw.label, "route": raw.route, "reason": raw.reason}
+            "label": raw.label, "route": raw.route, "reason": raw.reason,
+            "source_hash": raw.source_hash}
         entry = DispatchEntry(raw.M, raw.N, raw.K, raw.dtype, raw.layout, raw.family,
                               dict(config), raw.tflops, raw.cublas_tflops, raw.trial_id,
                               **extra)

@@ -1,8 +1,8 @@
 """The dispatch.json file format as pydantic models: strict types, no unknown keys, finite numbers.
 
-Version 2 (written by this tunefw) adds per entry ``label``, ``route`` and ``reason`` and at the
-top ``min_ratio``, ``evidence_min_ratio`` and ``evidence``; version-1 files still load (see
-tunefw.runtime.dispatch.load). ``json_schema()`` is the published schema (dispatch.schema.json).
+Version 2 (written by this tunefw) adds per entry ``label``, ``route``, ``reason`` and
+(optional) ``source_hash``, and at the top ``min_ratio``, ``evidence_min_ratio`` and
+``evidence``; version-1 files still load (see tunefw.runtime.dispatch.load). ``json_schema()`` is the published schema (dispatch.schema.json).
 """
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ class Entry(EntryV1):
     label: Annotated[str, Field(max_length=200)] = ""
     route: Literal["kernel", "cublas"] = "kernel"
     reason: Optional[Text] = None
+    # the kernel source (family template and headers, hashed) the winner was measured with
+    source_hash: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]] = None
 
 
 class Evidence(_Strict):

@@ -25,9 +25,14 @@ For a problem (M, N, K, dtype, layout) on the table's device:
    where 11 waves of 132 SMs are 92.5% full against 97%). A series with no evidence keeps the
    bucket / nearest route.
 5. Nothing found: cuBLAS.
+
+An entry whose ``source_hash`` differs from this installation's kernel source of its family
+(tunefw upgraded, a template edited) was measured on another kernel: whatever rule chose it,
+the route is 'unproven' (cuBLAS unless the first-call guard times the kernel and keeps it).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tunefw.device import DeviceSpec
@@ -145,6 +150,10 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
         return Route("cublas", None, f"{why} a cuBLAS route: {e.reason or 'lost to cuBLAS'}",
                      rule, e, e.ratio)
     tag = f"{e.family}, trial {e.trial_id}"
+    changed = changed_source(e)
+    if changed:  # the kernel this runtime would build was never timed (nor its evidence)
+        return Route("unproven", None, f"{rule} {what} ({tag}): {changed}: unproven, cuBLAS "
+                                       "unless the guard measures it", rule, e, e.ratio)
     if rule == "exact":
         ratio = f", {e.ratio:.3f}x cuBLAS" if e.ratio is not None else ""
         return Route("exact", e, f"its own entry ({tag}{ratio})", rule, e, e.ratio)
@@ -171,6 +180,20 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
                          rule, e, worst.ratio)
     return Route("calibrated", e, f"{rule} {what}, {how} ({tag}); calibration measured "
                                   f"{_measured(points)}", rule, e, worst.ratio)
+
+
+@functools.cache
+def _installed_source(family: str) -> str:
+    return FAMILIES[family].source_hash()
+
+
+def changed_source(e: DispatchEntry) -> str | None:
+    """Why the entry's kernel, built from this installation's templates, is not the one its
+    table measured (its family's source hash differs), or None (same, or not recorded)."""
+    now = _installed_source(e.family)
+    if e.source_hash is None or e.source_hash == now:
+        return None
+    return f"{e.family}'s kernel source changed since it was measured ({e.source_hash} -> {now})"
 
 
 def _no_entry(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> str:

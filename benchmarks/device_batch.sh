@@ -32,7 +32,7 @@
 #                     stops at 0.90-0.98 for M = 64) over Llama's four layers and the edge shapes
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
-#                     table: 16 problems, 64 trials, top 3 confirmed), then export, calibrate and
+#                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
 #                     dispatch_guard_h200.py; resumes from benchmarks/state/llama3_8b_state.tar.gz
 #                     (copy the new one there from the batch tar and force-add it after a call)
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and

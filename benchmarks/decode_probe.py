@@ -10,7 +10,7 @@ read as a fraction of what this GPU streams today.
 
     PYTHONPATH=. python benchmarks/decode_probe.py --per-shape 24 --edge-configs 12 \
         [--families stream_sm90,skinny_sm90] [--m 1,4,16,32] [--name decode_probe] \
-        [--wgmma-membound]
+        [--wgmma-membound] [--wgmma-midm N]
 
 Writes $OUT/<name>_h200.json (else benchmarks/results/).
 """
@@ -108,6 +108,58 @@ def membound_wgmma(problem: GemmProblem, depths: tuple[int, ...] = (64,),
     return out
 
 
+SMS = H200.sm_count
+
+
+def midm_wgmma(problem: GemmProblem, per_shape: int) -> list[dict]:
+    """wgmma_sm90 configs chosen by arithmetic for a mid-M shape (M = 128-1024 against a
+    Llama weight: balanced or tensor-bound, where the sweeps' best stayed 0.83-0.97x cuBLAS):
+    tiles of at least 64 FLOP per byte of operand loaded into shared memory (128x128 and
+    wider: narrower tiles ask the L2 for more than it delivers at the tensor rate), swapped or
+    not, split-K 1-4, ranked by how full the waves of SMs are (and how much of the tile area
+    lies inside C), then by tile intensity; each tile with every valid schedule, cluster (one
+    or two CTAs) and epilogue at the deepest ring that fits, taken tile by tile (each tile's
+    first kind, then each one's second, ...): ``per_shape`` configs. Whether
+    the family's existing knobs can reach cuBLAS there with the right tile, or the kernel
+    itself falls short: the answer decides where the next kernel work goes."""
+    family = get_family("wgmma_sm90")
+    base = family.seed_configs()[0]
+    widths = [w for w in sorted(next(p.values for p in family.params if p.name == "BN"))
+              if w >= 64]
+    scored = []
+    for swap, bm, bn, split in itertools.product((0, 1), (128, 256), widths, (1, 2, 4)):
+        if swap and problem.M > 256:
+            continue
+        rows, cols = (problem.N, problem.M) if swap else (problem.M, problem.N)
+        tiles = -(-rows // bm) * -(-cols // bn)
+        ctas = tiles * split
+        intensity = bm * bn / (bm + bn)  # FLOP per byte of A and B a k-step loads
+        if intensity < 64 or ctas < SMS // 2:
+            continue
+        waves = -(-ctas // SMS)
+        fill = ctas / (waves * SMS)
+        useful = (rows * cols) / (tiles * bm * bn)  # of the tile area, inside C
+        scored.append((-(fill * useful), -intensity, split, swap, bm, bn))
+    variants = []  # per tile, best ranked first: its valid (schedule, cluster, epilogue) kinds
+    for *_, split, swap, bm, bn in sorted(scored)[:4 * per_shape]:
+        kinds = []
+        for sched, (cm, cn), epilogue in itertools.product(
+                ("cooperative", "pingpong"), ((1, 1), (2, 1), (1, 2)),
+                ("tma", "tma_overlap", "direct")):
+            for stages in (8, 7, 6, 5, 4, 3):
+                c = {**base, "SCHEDULE": sched, "BM": bm, "BN": bn, "SPLIT_K": split,
+                     "STAGES": stages, "CLUSTER_M": cm, "CLUSTER_N": cn, "EPILOGUE": epilogue,
+                     "SWAP_AB": swap}
+                if family.check(c, problem, H200) is None:
+                    kinds.append(c)
+                    break
+        variants.append(kinds)
+    out = []  # each tile's first kind, then each tile's second, ...: tiles before variants
+    for round_ in itertools.zip_longest(*variants):
+        out += [c for c in round_ if c is not None and c not in out]
+    return out[:per_shape]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-shape", type=int, default=24)
@@ -125,11 +177,13 @@ def main() -> None:
     ap.add_argument("--membound-clusters", default="1,2", help="their cluster sizes")
     ap.add_argument("--membound-swap-all-bm", action="store_true",
                     help="swap-AB configs at every BM of their schedule, not the smallest only")
+    ap.add_argument("--wgmma-midm", type=int, default=0, metavar="N",
+                    help="also N midm_wgmma() configs of each layer at every --m (set 'midm')")
     ap.add_argument("--membound-edges", type=int, default=0, metavar="N",
                     help="up to N of those configs (drawn) on every edge shape too: the tails of "
                          "M, N and K verified")
     args = ap.parse_args()
-    families = args.families.split(",")
+    families = [f for f in args.families.split(",") if f]  # "": the wgmma sets alone
     decode_m = [int(m) for m in args.m.split(",")]
     depths = tuple(int(v) for v in args.membound_bk.split(","))
     clusters = tuple(int(v) for v in args.membound_clusters.split(","))
@@ -162,6 +216,11 @@ def main() -> None:
                 p = GemmProblem(m, n, k)
                 add("decode", "wgmma_sm90", p, membound_wgmma(p, depths, clusters,
                                                                   args.membound_swap_all_bm), label)
+    if args.wgmma_midm:
+        for label, (n, k) in LAYERS.items():
+            for m in decode_m:
+                p = GemmProblem(m, n, k)
+                add("midm", "wgmma_sm90", p, midm_wgmma(p, args.wgmma_midm), label)
 
     if args.plan_only:
         counts: dict = {}
@@ -200,7 +259,7 @@ def main() -> None:
                      "regs": o.get("regs")})
     best = {}
     for r in rows:
-        if r["set"] != "decode" or r["status"] != "OK":
+        if r["set"] not in ("decode", "midm") or r["status"] != "OK":
             continue
         key = (r["family"], r["M"], r["N"], r["K"])
         if key not in best or r["ratio"] > best[key]["ratio"]:

@@ -173,6 +173,30 @@ def test_the_memory_bound_probe_tries_each_stage_depth_asked_for_in_the_deepest_
     assert narrow["STAGES"] == 3
 
 
+def _waves_full(problem: GemmProblem, c: dict) -> float:
+    """How full the config's waves of CTAs keep the SMs (1.0: every wave uses all 132)."""
+    rows, cols = (problem.N, problem.M) if c["SWAP_AB"] else (problem.M, problem.N)
+    ctas = -(-rows // c["BM"]) * -(-cols // c["BN"]) * c["SPLIT_K"]
+    return ctas / (-(-ctas // H200.sm_count) * H200.sm_count)
+
+
+@pytest.mark.parametrize("shape", [(128, 6144, 4096), (256, 4096, 14336), (1024, 4096, 4096)])
+def test_the_mid_m_probe_takes_intense_tiles_that_fill_the_sms_tile_by_tile(shape):
+    probe = _load("decode_probe")
+    family = get_family("wgmma_sm90")
+    problem = GemmProblem(*shape)
+    configs = probe.midm_wgmma(problem, 24)
+    assert len(configs) == 24 and all(family.check(c, problem, H200) is None for c in configs)
+    assert len({json.dumps(c, sort_keys=True) for c in configs}) == 24
+    for c in configs:
+        assert c["BM"] * c["BN"] / (c["BM"] + c["BN"]) >= 64  # 128x128 or wider
+        assert not c["SWAP_AB"] or problem.M <= 256
+        assert _waves_full(problem, c) >= 0.5
+    tiles = [(c["BM"], c["BN"], c["SPLIT_K"], c["SWAP_AB"]) for c in configs]
+    assert len(set(tiles[:6])) == 6  # each tile's first kind before any tile's second
+    assert _waves_full(problem, configs[0]) >= 0.95  # the first tile keeps the SMs busy
+
+
 def test_the_l2_reuse_table_compares_every_variant_with_the_64_deep_box_stream_alone():
     micro = _load("stream_micro_h200")
     row = dict(N=4096, K=4096, R=64, MC=1)

@@ -124,7 +124,8 @@ def progress(db: str, part: Part) -> tuple[bool, int]:
             study = q.get_study(s, part.study)
             evaluated = sum(q.evaluated_count(q.outcome_counts(s, p, study.round))
                             for p in study.problems)
-            return q.has_work(s, study, part.trials), evaluated
+            confirm_top = StudySpec.from_dict(study.spec).confirm_top
+            return q.has_work(s, study, part.trials, confirm_top), evaluated
     finally:
         store.close()
 

@@ -92,6 +92,41 @@ def test_the_pick_is_re_timed_on_its_own_and_a_wrong_re_run_is_passed_over(store
         assert evaluator.runs[evaluator.failed] == 2
 
 
+class UnsoundTop(SimEvaluator):
+    """The simulator, except that confirming any of ``bad`` (config keys) gives a wrong answer."""
+
+    def __init__(self, bad: set[str]) -> None:
+        super().__init__(SimSettings(trial_seconds=0.0))
+        self.bad, self.confirmed = bad, []
+
+    def confirm(self, spec, compiled=None) -> Outcome:
+        key = config_key(spec.family, spec.config)
+        self.confirmed.append(key)
+        if key in self.bad:
+            return Outcome(Status.WRONG_ANSWER, log="rows over their limit", evaluator="sim")
+        return super().confirm(spec, compiled)
+
+
+def test_when_every_top_config_fails_its_confirmation_the_next_ones_are_confirmed(store):
+    """The two best screened configs give wrong answers on their confirmation: the winner is
+    the best of the next two that holds, and the study is done (no launch left to run)."""
+    _study(store, trials=6, shapes=SHAPES[:1])
+    _launch(store, FakePool(workers=1))  # the search, and a first (sound) confirmation
+    with store.session() as s:
+        problem = s.get(Problem, 1)
+        ranked_keys = [t.config_key for t in q.top_trials(s, problem, 0, 6)]
+        s.query(Winner).delete()  # as if that confirmation had never run
+    evaluator = UnsoundTop(set(ranked_keys[:2]))
+    stats = _launch(store, FakePool(workers=1, evaluator=evaluator))
+    assert stats["confirmed"] == 1
+    with store.session() as s:
+        (w,) = s.query(Winner).all()
+        assert s.get(Trial, w.trial_id).config_key in ranked_keys[2:4]
+        assert not q.has_work(s, q.get_study(s, "s"), 6, 2)
+    assert evaluator.confirmed[:2] == ranked_keys[:2] and set(evaluator.confirmed[2:4]) == set(
+        ranked_keys[2:4])
+
+
 def test_a_launch_fills_each_budget_and_confirms_each_winner(store, db_url):
     _study(store, trials=5)
     pool = FakePool(workers=3)
@@ -236,11 +271,23 @@ def test_the_time_limit_cuts_the_confirmation_between_problems(store, monkeypatc
     assert evaluator.confirms == 3 and list(_winners(store)) == [1]
     with store.session() as s:
         assert q.get_study(s, "s").stats == stats
-        assert q.has_work(s, q.get_study(s, "s"), 3)
+        assert q.has_work(s, q.get_study(s, "s"), 3, 2)
     again = _launch(store, FakePool(workers=1))
     assert again["confirmed"] == 1 and not again["stopped_at_time_limit"]
     with store.session() as s:
-        assert set(_winners(store)) == {1, 2} and not q.has_work(s, q.get_study(s, "s"), 3)
+        assert set(_winners(store)) == {1, 2} and not q.has_work(s, q.get_study(s, "s"), 3, 2)
+
+
+def test_a_study_that_confirms_nothing_is_done_at_its_budget(store):
+    """confirm_top 0 (no confirmation asked for): a problem at its budget has nothing left, so
+    a finished study is not launched again for a confirmation it never runs."""
+    _study(store, trials=3, confirm_top=0)
+    pool = FakePool(workers=1)
+    assert _launch(store, pool)["trials"] == 6
+    assert not [j for j in pool.jobs if j.kind == "confirm"] and _winners(store) == {}
+    with store.session() as s:
+        assert not q.has_work(s, q.get_study(s, "s"), 3, 0)
+        assert q.has_work(s, q.get_study(s, "s"), 3, 2)  # a confirming study would have work
 
 
 def test_a_lost_attempt_without_its_retry_frees_the_config_on_resume(store):

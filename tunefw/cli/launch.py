@@ -87,7 +87,7 @@ def launch(
     with store.session() as s:
         row = q.get_study(s, study)  # fail on an unknown study before Ray starts
         name, spec = row.name, StudySpec.from_dict(row.spec)
-        idle = not new_round and not q.has_work(s, row, spec.trials)
+        idle = not new_round and not q.has_work(s, row, spec.trials, spec.confirm_top)
     chosen = _pick_backend(backend, gpus, address)
     if idle:  # said before Ray and the workers start: they would have nothing to do
         out.print(f"study {name}: nothing left to run (every problem has its budget and its "

@@ -202,14 +202,16 @@ def evaluated_count(counts: Counter) -> int:
     return sum(n for status, n in counts.items() if status not in NOT_COUNTED)
 
 
-def has_work(s: Session, study: Study, budget: int) -> bool:
+def has_work(s: Session, study: Study, budget: int, confirm_top: int) -> bool:
     """Whether a launch of the study's round has anything to do: a problem short of ``budget``
-    evaluated trials, or one with OK trials and no winner confirmed from this round."""
+    evaluated trials, or (where the study confirms, ``confirm_top`` > 0) one with OK trials and
+    no winner confirmed from this round."""
     for problem in study.problems:
         counts = outcome_counts(s, problem, study.round)
         if evaluated_count(counts) < budget:
             return True
-        if counts.get(Status.OK.value, 0) and not confirmed_in_round(s, problem, study.round):
+        if confirm_top and counts.get(Status.OK.value, 0) \
+                and not confirmed_in_round(s, problem, study.round):
             return True
     return False
 

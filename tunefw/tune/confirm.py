@@ -27,7 +27,7 @@ class Confirmer:
     moment its held-out re-run is in (event "confirmed", one per winner: its confirmed and
     screened ratio). Problems whose winner this round already confirmed are skipped, so a launch
     cut during confirmation (time limit, Ctrl-C, a kill) redoes only the problems it had not
-    finished."""
+    finished. Where every candidate fails, the next ``top`` configs of the ranking are tried."""
 
     def __init__(self, pipeline: Pipeline, round_: int, top: int) -> None:
         self.pipeline = pipeline
@@ -40,6 +40,7 @@ class Confirmer:
         self.queue: dict[int, list[tuple[int, Outcome]]] = {}  # problem id -> held-out candidates
         self.picked: dict[int, tuple[int, Outcome]] = {}
         self.compiled: dict[int, object] = {}  # trial id -> its confirmation's cubin (re-runs)
+        self.tried: dict[int, set[int]] = {}  # problem id -> trial ids confirmed this launch
 
     def jobs(self) -> list[Job]:
         """One confirm job per top config of each problem not yet confirmed this round
@@ -47,27 +48,42 @@ class Confirmer:
         jobs = []
         with self.pipeline.recorder.store.session() as s:
             for st in self.pipeline.states.values():
-                if q.confirmed_in_round(s, st.row, self.round):
-                    continue
-                for t in q.top_trials(s, st.row, self.round, self.top):
-                    self.screened[t.id] = t.ratio
-                    spec = self.pipeline.trial_spec(st, t.optuna_trial or t.id, t.family,
-                                                    t.config)
-                    self.specs[t.id] = spec
-                    self.waiting[st.row.id] = self.waiting.get(st.row.id, 0) + 1
-                    jobs.append(Job(spec, kind="confirm", context=(st.row.id, t.id, "confirm")))
+                if not q.confirmed_in_round(s, st.row, self.round):
+                    jobs += self._confirm_jobs(s, st.row.id)
+        return jobs
+
+    def _confirm_jobs(self, s, problem_id: int) -> list[Job]:
+        """The problem's next ``top`` OK configs by screened ratio not yet confirmed, one
+        confirm job each (none left: the problem gets no winner this launch)."""
+        st = self.pipeline.states[problem_id]
+        tried = self.tried.setdefault(problem_id, set())
+        jobs = []
+        for t in q.top_trials(s, st.row, self.round, len(tried) + self.top):
+            if t.id in tried:
+                continue
+            tried.add(t.id)
+            self.screened[t.id] = t.ratio
+            self.specs[t.id] = self.pipeline.trial_spec(st, t.optuna_trial or t.id, t.family,
+                                                        t.config)
+            jobs.append(Job(self.specs[t.id], kind="confirm",
+                            context=(problem_id, t.id, "confirm")))
+        self.waiting[problem_id] = len(jobs)
         return jobs
 
     def _next_held_out(self, problem_id: int) -> list[Job]:
         """The problem's best confirmed config not yet passed over, re-timed on its own (the
-        held-out figure is the winner's: the best of N noisy confirmations overstates it)."""
+        held-out figure is the winner's: the best of N noisy confirmations overstates it); when
+        every candidate failed (a wrong answer or a crash on another launch), the next ``top``
+        configs of the ranking are confirmed: a problem whose top configs are unsound still
+        gets its best sound one, and a finished study is never left waiting for it."""
         rows = self.queue.get(problem_id)
-        if not rows:
-            self.queue.pop(problem_id, None)  # none left: no winner this launch
-            return []
-        trial_id = rows[0][0]
-        return [Job(self.specs[trial_id], compiled=self.compiled.get(trial_id), kind="confirm",
-                    context=(problem_id, trial_id, "held_out"))]
+        if rows:
+            trial_id = rows[0][0]
+            return [Job(self.specs[trial_id], compiled=self.compiled.get(trial_id),
+                        kind="confirm", context=(problem_id, trial_id, "held_out"))]
+        self.queue.pop(problem_id, None)
+        with self.pipeline.recorder.store.session() as s:
+            return self._confirm_jobs(s, problem_id)
 
     def _arrived(self, job: Job, outcome: Outcome) -> list[Job]:
         """One confirmation's outcome: the jobs it leads to (a held-out re-run, or the next
@@ -105,6 +121,7 @@ class Confirmer:
         jobs = self.jobs()
         if not jobs:
             return {}
-        self.pipeline.progress("confirm", {"configs": len(jobs), "problems": len(self.waiting)})
+        self.pipeline.progress("confirm", {"configs": len(jobs),
+                                           "problems": sum(n > 0 for n in self.waiting.values())})
         self.pipeline.run_jobs(jobs, self._arrived, deadline)
         return self.picked

@@ -3,6 +3,7 @@ calibrate / schema` (calibration with a fake timer)."""
 import csv
 import io
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,19 @@ def test_export_ships_losses_as_cublas_routes(tuned_db, tmp_path, monkeypatch):
     assert "true, 80.0, 100.0, 0.8, " in (tmp_path / "d.h").read_text()
 
 
+def test_export_says_how_many_entries_are_not_confirmed_yet(tuned_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEFW_DB", tuned_db)
+    said = _run("export", str(tmp_path / "d.json"), "--study", "m").stdout
+    assert "not confirmed" not in said
+    con = sqlite3.connect(tuned_db.removeprefix("sqlite:///"))
+    con.execute("UPDATE tunefw_winner SET confirmed = 0 WHERE problem_id IN (1, 2)")
+    con.commit()
+    con.close()
+    said = _run("export", str(tmp_path / "d.json"), "--study", "m").stdout.splitlines()
+    assert said[-1] == ("2 of them from screened figures, not confirmed yet: launch the study "
+                        "again to confirm them")
+
+
 def test_study_show_marks_problems_exported_as_cublas(tuned_db, monkeypatch):
     monkeypatch.setenv("TUNEFW_DB", tuned_db)
     shown = json.loads(_run("study", "show", "m", "--json").stdout)
@@ -106,8 +120,6 @@ def test_a_winner_measured_with_another_kernel_source_is_exported_as_cublas(tune
                                                                              monkeypatch):
     """The kernel today's source builds was never timed or verified: export ships cuBLAS for it
     (JSON and header alike) and `study show` says why; the other winners are untouched."""
-    import sqlite3
-
     con = sqlite3.connect(tuned_db.removeprefix("sqlite:///"))
     con.execute("UPDATE tunefw_trial SET source_hash = '0123456789abcdef' WHERE problem_id IN "
                 "(SELECT id FROM tunefw_problem WHERE M = 32 AND N = 1536)")

@@ -44,13 +44,21 @@ def export_cmd(
     if from_table is not None:
         from tunefw.runtime.dispatch import load
         table = export_table(load(from_table), path, fmt)
+        screened = 0
     else:
-        table = export(open_db("read"), path, study, fmt, allow_mixed, min_ratio)
+        store = open_db("read")
+        table = export(store, path, study, fmt, allow_mixed, min_ratio)
+        from tunefw.store import queries as q
+        with store.session() as s:
+            screened = len(q.unconfirmed(s, q.get_study(s, study)))
     losses = sum(e.is_cublas for e in table.entries)
     out.print(f"wrote {path}: {len(table.entries)} entries"
               + (f" ({losses} cuBLAS routes)" if losses else "")
               + (" (SIMULATED device)" if table.simulated else "")
               + (" (REPLAY of recorded sweeps)" if table.fingerprint.get("replay") else ""))
+    if screened:  # a screen's best overstates it (the winner's curse): confirmation re-times it
+        out.print(f"{screened} of them from screened figures, not confirmed yet: launch the "
+                  "study again to confirm them", markup=False, highlight=False)
 
 
 @takes_db

@@ -216,6 +216,13 @@ def has_work(s: Session, study: Study, budget: int, confirm_top: int) -> bool:
     return False
 
 
+def unconfirmed(s: Session, study: Study) -> list[Problem]:
+    """The round's problems with OK trials and no winner confirmed from it (export takes their
+    best screened trial, whose figure the confirmation has not re-timed)."""
+    return [p for p in study.problems if best_trial(s, p, study.round) is not None
+            and not confirmed_in_round(s, p, study.round)]
+
+
 def confirmed_in_round(s: Session, problem: Problem, round_: int) -> bool:
     """Whether the problem's winner was confirmed from a trial of this round (a launch cut
     during confirmation keeps these and confirms only the rest)."""

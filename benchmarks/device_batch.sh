@@ -49,11 +49,12 @@
 #                     included: half the activation re-reads of 128; never probed), where the
 #                     launch ceiling leaves the most headroom (ours 0.59-0.87 of it); 879 jobs
 #                     with the edge shapes' seeds; alone in its call
-#   midm        (240) decode_probe.py --wgmma-midm 24: wgmma_sm90 at M = 128-1024 over Llama's four
-#                     layers with tiles chosen by arithmetic (>= 64 FLOP a byte loaded, the waves
-#                     of SMs full, split-K 1-4, swapped or not), where the llama3_8b sweep's best
-#                     stayed 0.83-0.97x cuBLAS: can the existing knobs reach cuBLAS there (a
-#                     search problem) or not (a kernel problem)? Existing knobs only
+#   midm        (300) decode_probe.py --wgmma-midm 20: wgmma_sm90 at M = 128-1024 over Llama's four
+#                     layers (and M = 129, 257) with tiles chosen by arithmetic (>= 64 FLOP a byte
+#                     loaded, the waves of SMs full, split-K 1-4, swapped or not), where the
+#                     llama3_8b sweep's best stayed 0.83-0.97x cuBLAS: can the existing knobs
+#                     reach cuBLAS there (a search problem) or not (a kernel problem)? 480 jobs,
+#                     existing knobs only
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -124,8 +125,8 @@ for name in "$@"; do
     membound6) step membound6 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 0 --m 128,129 --wgmma-membound --membound-bk 64,128 \
         --membound-clusters 1 --membound-swap-all-bm --name membound6_probe ;;
-    midm) step midm 240 python3 benchmarks/decode_probe.py --families "" --m 128,256,512,1024 \
-        --wgmma-midm 24 --name midm_probe ;;
+    midm) step midm 300 python3 benchmarks/decode_probe.py --families "" \
+        --m 128,129,256,257,512,1024 --wgmma-midm 20 --name midm_probe ;;
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

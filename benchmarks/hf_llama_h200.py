@@ -219,7 +219,7 @@ def print_table(report: dict) -> None:
         print(f"  {shape:22s} {a['enqueue_us']:8.1f} /{a['wall_us']:8.1f} "
               f"{b['enqueue_us']:8.1f} /{b['wall_us']:8.1f}")
     print(f"{'case':14s} {'mode':6s} {'stock ms':>9s} {'tunefw ms':>9s} {'speedup [min..max]':>22s} "
-          f"{'rel err':>9s}  GEMM calls by family")
+          f"{'rel err':>9s} {'host ms s/t':>13s}  GEMM calls by family")
     for case in report["cases"]:
         for mode in ("eager", "graph"):
             m = case.get(mode, {})
@@ -229,7 +229,13 @@ def print_table(report: dict) -> None:
             s = m["speedup"]
             print(f"{case['case']:14s} {mode:6s} {m['stock']['median_ms']:9.4f} "
                   f"{m['patched']['median_ms']:9.4f} {s['median']:8.3f} [{s['min']:.3f}..{s['max']:.3f}] "
-                  f"{m['logits']['rel_err']:9.2e}  {_routes_text(case)}")
+                  f"{m['logits']['rel_err']:9.2e} {_host_text(m):>13s}  {_routes_text(case)}")
+
+
+def _host_text(timed: dict) -> str:
+    """The host's enqueue ms per step, stock / tunefw (a result without them: '-')."""
+    host = timed.get("host_ms")
+    return f"{host['stock']:.2f}/{host['patched']:.2f}" if host else "-"
 
 
 def logits_at_depth(sizes: dict, layers: int, dev: torch.device, dispatcher, past: int,

@@ -83,6 +83,30 @@ def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_
     assert bench.host_inputs(False) == [(1, 1), (16, 1), (64, 1), (1, 512), (1, 2048)]
 
 
+def test_interleaved_rounds_keep_each_sides_host_time_beside_its_time(monkeypatch):
+    """On a CPU the host's time is the time; each side's step runs ``calls`` times a round,
+    and the paired ratio and host medians come from the same rounds (a fake clock: each
+    stock call takes 2 ms, each patched call 1 ms)."""
+    import hf_llama_steps
+
+    clock = [0.0]
+    monkeypatch.setattr(hf_llama_steps.time, "perf_counter", lambda: clock[0])
+    ran = {"stock": 0, "patched": 0}
+
+    def step(name: str, seconds: float):
+        def run() -> None:
+            ran[name] += 1
+            clock[0] += seconds
+        return run
+
+    got = hf_llama_steps.interleaved(step("stock", 0.002), step("patched", 0.001), rounds=4,
+                                     calls=3, cuda=False)
+    assert ran == {"stock": 12, "patched": 12}
+    assert got["raw_host_ms"] == got["raw_ms"] and len(got["raw_ms"]["patched"]) == 4
+    assert got["host_ms"] == pytest.approx({"stock": 2.0, "patched": 1.0})
+    assert got["speedup"]["median"] == pytest.approx(2.0)
+
+
 def test_the_rounded_twin_is_each_linear_in_float32_rounded_once(model):
     from hf_llama_steps import RoundedLinear, rounded_twin
 

@@ -135,6 +135,30 @@ def test_shipped_cubin_directory(tmp_path):
         Dispatcher(table, cubin_dir=tmp_path / "cubins")
 
 
+def test_a_shipped_cubin_of_the_measured_source_keeps_an_entry_an_older_tunefw_measured(tmp_path):
+    """The table was measured on another mma_sm80 source than this installation's: built here,
+    its kernel is unproven; shipped with a cubin the manifest says was built from the measured
+    source, it is the measured kernel and serves exactly; a manifest without that record (an
+    older one) proves nothing."""
+    from dataclasses import replace as replace_entry
+
+    stale = "0123456789abcdef"
+    plain = load(_table(tmp_path, [_entry(128, 6144, 4096, "mma_sm80", BK=64)]))
+    table = replace_entry(plain, entries=[replace_entry(plain.entries[0], source_hash=stale)])
+    assert Dispatcher(table, gpu=H200).explain(128, 6144, 4096).split(": ")[1] == "unproven"
+    manifest = ship_cubins(table, tmp_path / "cubins", "sm_90a", cache_dir=tmp_path / "cache")
+    ((name, kernel),) = manifest["kernels"].items()
+    assert kernel["source_hash"] == FAMILIES["mma_sm80"].source_hash()
+    kernel["source_hash"] = stale  # as the tunefw that measured it would have shipped it
+    (tmp_path / "cubins" / "manifest.json").write_text(json.dumps(manifest))
+    shipped = Dispatcher(table, cubin_dir=tmp_path / "cubins", gpu=H200)
+    assert shipped.explain(128, 6144, 4096).split(": ")[1] == "exact"
+    del kernel["source_hash"]
+    (tmp_path / "cubins" / "manifest.json").write_text(json.dumps(manifest))
+    older = Dispatcher(table, cubin_dir=tmp_path / "cubins", gpu=H200)
+    assert older.explain(128, 6144, 4096).split(": ")[1] == "unproven"
+
+
 # ---- torch integration ----------------------------------------------------------------------------
 @pytest.fixture
 def global_table(tmp_path):

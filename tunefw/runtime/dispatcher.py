@@ -32,6 +32,7 @@ import threading
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -248,7 +249,7 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        return self._sourced(decide(self.table, problem, dev.spec))
+        return self._sourced(decide(self.table, problem, dev.spec, self._built_from(dev.spec.arch)))
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
                 device: int | None = None) -> str:
@@ -272,7 +273,15 @@ class Dispatcher:
             problem = GemmProblem(M, N, K, dtype_name(dtype))
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
-        return self._sourced(decide(self.table, problem))
+        return self._sourced(decide(self.table, problem,
+                                    built_from=self._built_from(self.table.device().arch)))
+
+    def _built_from(self, arch: str) -> Callable[[DispatchEntry], str | None]:
+        """For decide(): the source a shipped cubin of the entry's kernel for ``arch`` was built
+        from (its manifest's record), else None (built here from the installed templates)."""
+        kernels = (self._manifest or {}).get("kernels", {}) \
+            if (self._manifest or {}).get("arch") == arch else {}
+        return lambda entry: (kernels.get(self._name(entry)) or {}).get("source_hash")
 
     def _sourced(self, route: Route) -> Route:
         """The route with where its kernel (an unproven route's donor's) comes from."""

@@ -26,14 +26,16 @@ For a problem (M, N, K, dtype, layout) on the table's device:
    bucket / nearest route.
 5. Nothing found: cuBLAS.
 
-An entry whose ``source_hash`` differs from this installation's kernel source of its family
-(tunefw upgraded, a template edited) was measured on another kernel: whatever rule chose it,
-the route is 'unproven' (cuBLAS unless the first-call guard times the kernel and keeps it).
+An entry whose ``source_hash`` differs from the source its kernel is built from here (this
+installation's templates, or a shipped cubin's recorded source) was measured on another
+kernel (tunefw upgraded, a template edited): whatever rule chose it, the route is 'unproven'
+(cuBLAS unless the first-call guard times the kernel and keeps it).
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
@@ -137,9 +139,14 @@ def lookup(table: DispatchTable, problem: GemmProblem,
     return decide(table, problem, device).entry
 
 
-def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None = None) -> Route:
+BuiltFrom = Callable[[DispatchEntry], "str | None"]
+
+
+def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None = None,
+           built_from: BuiltFrom | None = None) -> Route:
     """The route for a problem by the table's rules (the module docstring), on ``device``
-    (default: the table's own GPU)."""
+    (default: the table's own GPU); ``built_from(entry)``: the source hash the entry's kernel
+    would be built from here where it is not this installation's (a shipped cubin's), or None."""
     device = device or table.device()
     rule, e, how = table_rule(table, problem, device)
     if e is None:
@@ -150,7 +157,7 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
         return Route("cublas", None, f"{why} a cuBLAS route: {e.reason or 'lost to cuBLAS'}",
                      rule, e, e.ratio)
     tag = f"{e.family}, trial {e.trial_id}"
-    changed = changed_source(e)
+    changed = changed_source(e, built_from(e) if built_from else None)
     if changed:  # the kernel this runtime would build was never timed (nor its evidence)
         return Route("unproven", None, f"{rule} {what} ({tag}): {changed}: unproven, cuBLAS "
                                        "unless the guard measures it", rule, e, e.ratio)
@@ -187,10 +194,11 @@ def _installed_source(family: str) -> str:
     return FAMILIES[family].source_hash()
 
 
-def changed_source(e: DispatchEntry) -> str | None:
-    """Why the entry's kernel, built from this installation's templates, is not the one its
-    table measured (its family's source hash differs), or None (same, or not recorded)."""
-    now = _installed_source(e.family)
+def changed_source(e: DispatchEntry, built_from: str | None = None) -> str | None:
+    """Why the entry's kernel, built from this installation's templates (or from the source
+    ``built_from`` names: a shipped cubin's), is not the one its table measured (the source
+    hashes differ), or None (same, or not recorded)."""
+    now = built_from or _installed_source(e.family)
     if e.source_hash is None or e.source_hash == now:
         return None
     return f"{e.family}'s kernel source changed since it was measured ({e.source_hash} -> {now})"

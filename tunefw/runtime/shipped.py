@@ -47,7 +47,9 @@ def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
         # whether the cubin waits for the kernel before it (a cubin shipped before its family
         # did, read without this key, is never launched programmatically: runtime/plan.py)
         kernels[name] = {"file": f"{result.key}.cubin", "lowered_name": result.lowered_name,
-                         "programmatic": family.programmatic_launch}
+                         "programmatic": family.programmatic_launch,
+                         # the source it was built from: a newer tunefw still runs this kernel
+                         "source_hash": family.source_hash()}
     manifest = {"format": MANIFEST_FORMAT, "arch": arch, "kernels": kernels}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -18,6 +18,8 @@
 #   records     (560) record_sweeps_h200.py --gpus GPUS (issue 17's recording, resumed from the
 #                     committed state; its launches get what the call has left less 60 s, so
 #                     the state is packed before the step's limit; commit it before the next call)
+#                     run from the pinned tree (benchmarks/records_tree.sh: the code the recording
+#                     was measured with, whatever main's method and kernels are now)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   pdlcheck    (150) pdl_check_h200.py: chained up/down GEMMs served with and without
@@ -95,8 +97,8 @@ for name in "$@"; do
     streambw) step streambw 120 python3 benchmarks/stream_micro_h200.py ;;
     l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
     l2reuseocc) step l2reuseocc 60 python3 benchmarks/stream_micro_h200.py --micro l2_reuse --occ ;;
-    records) step records 560 python3 benchmarks/record_sweeps_h200.py --gpus "$gpus" \
-        --budget-s $((BATCH_S - SECONDS - 60)) --commit "$TUNEFW_COMMIT" ;;  # packs its state in time
+    records) step records 560 bash benchmarks/records_tree.sh run --gpus "$gpus" \
+        --budget-s $((BATCH_S - SECONDS - 60)) ;;  # the pinned tree; packs its state in time
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;

@@ -142,3 +142,31 @@ def test_a_state_made_with_other_options_is_refused(tmp_path, monkeypatch):
     script.ensure_study(db, part, study_file, None, tmp_path / "log")
     with pytest.raises(SystemExit, match="sampler tpe, seed 0, 6 trials, not tpe, 0, 7"):
         script.ensure_study(db, script.plan(5, 7, [0])[0], study_file, None, tmp_path / "log")
+
+
+def test_the_pinned_tree_measures_what_the_recording_measured(tmp_path):
+    """benchmarks/records_tree.sh runs the recording from benchmarks/state/records/tree.tar.gz:
+    its wgmma_sm90 kernel source, parameter space and timing method are those of every trial
+    and study in the committed recording, so its launches resume the studies (main may move on)."""
+    import subprocess
+
+    with tarfile.open(REPO / "benchmarks" / "state" / "records" / "tree.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    assert len((tmp_path / "COMMIT").read_text().strip()) == 40
+    pinned = json.loads(subprocess.run(
+        [sys.executable, "-c", "import json; from tunefw.templates import get_family; "
+         "from tunefw.evaluate.method_id import METHOD; f = get_family('wgmma_sm90'); "
+         "print(json.dumps([f.source_hash(), f.space_hash(), METHOD]))"],
+        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True).stdout)
+    db = tmp_path / "records.db"
+    db.write_bytes(lzma.decompress(
+        (REPO / "benchmarks" / "state" / "records" / "records_h200.db.xz").read_bytes()))
+    con = sqlite3.connect(db)
+    sources = {s for (s,) in con.execute("SELECT DISTINCT source_hash FROM tunefw_trial")}
+    spaces = {json.loads(h)["wgmma_sm90"] for (h,) in con.execute(
+        "SELECT space_hashes FROM tunefw_study")}
+    methods = {json.loads(f)["method"] for (f,) in con.execute(
+        "SELECT fingerprint FROM tunefw_study")}
+    con.close()
+    assert sources == {pinned[0]} and spaces == {pinned[1]} and methods == {pinned[2]}

@@ -18,7 +18,7 @@
 #   records     (560) record_sweeps_h200.py --gpus GPUS (issue 17's recording, resumed from the
 #                     committed state; its launches get what the call has left less 60 s, so
 #                     the state is packed before the step's limit; commit it before the next call)
-#                     run from the pinned tree (benchmarks/records_tree.sh: the code the recording
+#                     run from the pinned tree (benchmarks/pinned_tree.sh: the code the recording
 #                     was measured with, whatever main's method and kernels are now)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
@@ -36,7 +36,8 @@
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
 #                     dispatch_guard_h200.py; resumes from benchmarks/state/llama3_8b_state.tar.gz
-#                     (copy the new one there from the batch tar and force-add it after a call)
+#                     (copy the new one there from the batch tar and force-add it after a call);
+#                     from the pinned tree, like records (its confirmation resumes the study)
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
 #                     32 first run on a GPU here: every answer verified)
@@ -97,7 +98,8 @@ for name in "$@"; do
     streambw) step streambw 120 python3 benchmarks/stream_micro_h200.py ;;
     l2reuse) step l2reuse 120 python3 benchmarks/stream_micro_h200.py --micro l2_reuse ;;
     l2reuseocc) step l2reuseocc 60 python3 benchmarks/stream_micro_h200.py --micro l2_reuse --occ ;;
-    records) step records 560 bash benchmarks/records_tree.sh run --gpus "$gpus" \
+    records) step records 560 bash benchmarks/pinned_tree.sh run benchmarks/record_sweeps_h200.py \
+        --state "$PWD/benchmarks/state/records" --gpus "$gpus" \
         --budget-s $((BATCH_S - SECONDS - 60)) ;;  # the pinned tree; packs its state in time
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
@@ -114,9 +116,10 @@ for name in "$@"; do
         --db benchmarks/state/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \
         benchmarks/studies/decode6_h200.yaml
       cp benchmarks/state/decode6.db* "$OUT/" 2>/dev/null ;;
-    llamatable) step llamatable 560 python3 benchmarks/model_table_h200.py \
+    llamatable) step llamatable 560 bash benchmarks/pinned_tree.sh run benchmarks/model_table_h200.py \
         --study-file studies/llama3_8b.yaml --phases study,sweep,export,calibrate,guard \
-        --gpus "$gpus" --commit "$TUNEFW_COMMIT" --budget-s $((BATCH_S - SECONDS - 40)) ;;
+        --resume "$PWD/benchmarks/state/llama3_8b_state.tar.gz" --gpus "$gpus" \
+        --budget-s $((BATCH_S - SECONDS - 40)) ;;  # the pinned tree: the study's method and sources
     membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
     membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \

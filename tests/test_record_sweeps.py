@@ -144,29 +144,51 @@ def test_a_state_made_with_other_options_is_refused(tmp_path, monkeypatch):
         script.ensure_study(db, script.plan(5, 7, [0])[0], study_file, None, tmp_path / "log")
 
 
-def test_the_pinned_tree_measures_what_the_recording_measured(tmp_path):
-    """benchmarks/records_tree.sh runs the recording from benchmarks/state/records/tree.tar.gz:
-    its wgmma_sm90 kernel source, parameter space and timing method are those of every trial
-    and study in the committed recording, so its launches resume the studies (main may move on)."""
+def _pinned(tmp_path, families: list[str]) -> tuple[dict, dict, str]:
+    """The committed pinned tree's kernel source and space hashes (per family) and method."""
     import subprocess
 
-    with tarfile.open(REPO / "benchmarks" / "state" / "records" / "tree.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    assert len((tmp_path / "COMMIT").read_text().strip()) == 40
-    pinned = json.loads(subprocess.run(
-        [sys.executable, "-c", "import json; from tunefw.templates import get_family; "
-         "from tunefw.evaluate.method_id import METHOD; f = get_family('wgmma_sm90'); "
-         "print(json.dumps([f.source_hash(), f.space_hash(), METHOD]))"],
-        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, check=True).stdout)
-    db = tmp_path / "records.db"
-    db.write_bytes(lzma.decompress(
-        (REPO / "benchmarks" / "state" / "records" / "records_h200.db.xz").read_bytes()))
+    tree = tmp_path / "tree"
+    with tarfile.open(REPO / "benchmarks" / "state" / "tree.tar.gz") as tar:
+        tar.extractall(tree, filter="data")
+    assert len((tree / "COMMIT").read_text().strip()) == 40
+    code = ("import json, sys; from tunefw.templates import get_family; "
+            "from tunefw.evaluate.method_id import METHOD; fs = sys.argv[1:]; "
+            "print(json.dumps([{f: get_family(f).source_hash() for f in fs}, "
+            "{f: get_family(f).space_hash() for f in fs}, METHOD]))")
+    return tuple(json.loads(subprocess.run(
+        [sys.executable, "-c", code, *families], cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True).stdout))
+
+
+def _measured(db: str) -> tuple[dict, dict, set]:
+    """A state database's trial sources and study spaces (family -> set) and its methods."""
     con = sqlite3.connect(db)
-    sources = {s for (s,) in con.execute("SELECT DISTINCT source_hash FROM tunefw_trial")}
-    spaces = {json.loads(h)["wgmma_sm90"] for (h,) in con.execute(
-        "SELECT space_hashes FROM tunefw_study")}
+    sources, spaces = {}, {}
+    for family, source in con.execute("SELECT DISTINCT family, source_hash FROM tunefw_trial"):
+        sources.setdefault(family, set()).add(source)
+    for (hashes,) in con.execute("SELECT space_hashes FROM tunefw_study"):
+        for family, space in json.loads(hashes).items():
+            spaces.setdefault(family, set()).add(space)
     methods = {json.loads(f)["method"] for (f,) in con.execute(
         "SELECT fingerprint FROM tunefw_study")}
     con.close()
-    assert sources == {pinned[0]} and spaces == {pinned[1]} and methods == {pinned[2]}
+    return sources, spaces, methods
+
+
+def test_the_pinned_tree_measures_what_the_resumed_studies_measured(tmp_path):
+    """benchmarks/pinned_tree.sh runs the recording and the llama3_8b table from
+    benchmarks/state/tree.tar.gz: its kernel sources, parameter spaces and timing method are
+    those of every trial and study in both committed states, so their launches resume (main may
+    move on)."""
+    state = REPO / "benchmarks" / "state"
+    (tmp_path / "records.db").write_bytes(lzma.decompress(
+        (state / "records" / "records_h200.db.xz").read_bytes()))
+    with tarfile.open(state / "llama3_8b_state.tar.gz") as tar:
+        tar.extractall(tmp_path / "llama", filter="data")
+    for db in (tmp_path / "records.db", tmp_path / "llama" / "state.db"):
+        sources, spaces, methods = _measured(str(db))
+        pinned_sources, pinned_spaces, method = _pinned(tmp_path, sorted(sources))
+        assert sources == {f: {h} for f, h in pinned_sources.items()}
+        assert spaces == {f: {pinned_spaces[f]} for f in spaces} and methods == {method}

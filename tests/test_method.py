@@ -190,7 +190,7 @@ def test_the_cuda_evaluator_times_every_trial_beside_cublas(monkeypatch, kernel_
     gpu = _FakeGpu(monkeypatch)
     monkeypatch.setattr(method, "capture_graph", gpu.graph)
     evaluator = object.__new__(CudaEvaluator)  # no GPU here: only its timing path runs
-    evaluator._flush = gpu.flush
+    evaluator._flush, evaluator._anchors = gpu.flush, method.AnchorWatch()
     timing, cublas, note = evaluator._time(gpu.launch("A", kernel_ms), gpu.launch("B", cublas_ms),
                                            lambda: None, confirm)
     assert (timing.median_ms, cublas.median_ms) == (pytest.approx(kernel_ms), pytest.approx(cublas_ms))
@@ -205,6 +205,42 @@ def test_the_cuda_evaluator_times_every_trial_beside_cublas(monkeypatch, kernel_
     unit = "launches" if per_sample == 1 else f"CUDA graphs of {per_sample} launches"
     how = "confirmed over" if confirm else "screened"
     assert note == f"{how} {timing.samples} {unit} interleaved with cuBLAS"
+    # single launches (each alone after a flush): a small kernel's are its three probe pairs
+    # only (no single-launch screen before its graphs), a large kernel's its whole screen too
+    singles = [gpu.log[i] for i in range(1, len(gpu.log)) if gpu.log[i - 1] == "flush"
+               and (i + 1 == len(gpu.log) or gpu.log[i + 1] == "flush")]
+    assert (len(singles) == 2 * method.WARMUP_LAUNCHES) == (per_sample > 1)
+    assert singles[:2 * method.WARMUP_LAUNCHES] == ["A", "B"] * method.WARMUP_LAUNCHES
+
+
+def test_a_screen_whose_cublas_anchor_ran_slow_is_taken_again(monkeypatch):
+    """A disturbed GPU: the second trial's first screen finds cuBLAS 4x slower than the first
+    trial's did, so it is screened again and keeps the second screen; a third trial at the usual
+    speed is screened once; another problem has its own fastest anchor."""
+    from tunefw.evaluate.cuda import CudaEvaluator
+    screens = []
+    anchors = iter([0.25, 1.0, 0.26, 0.27, 2.0])
+
+    def screen(kernel, anchor, flush, wait, *, launches_per_sample=1):
+        screens.append(launches_per_sample)
+        return method.summarize([0.2] * 10), method.summarize([next(anchors)] * 10)
+
+    monkeypatch.setattr(method, "anchored_screen", screen)
+    monkeypatch.setattr(method, "time_each", lambda launches, flush, wait: [0.2] * len(launches))
+    evaluator = object.__new__(CudaEvaluator)
+    evaluator._flush, evaluator._anchors = None, method.AnchorWatch()
+    noop = lambda: None  # noqa: E731
+    notes = []
+    for key in ("p", "p", "p", "q"):
+        timing, cublas, note = evaluator._time(noop, noop, noop, None, key=key)
+        notes.append((cublas.median_ms, note))
+    assert notes == [
+        (0.25, "screened 10 launches interleaved with cuBLAS"),
+        (0.26, "screened 10 launches interleaved with cuBLAS; screened again: cuBLAS had run "
+               "4.0x its fastest on this problem (a disturbed GPU)"),
+        (0.27, "screened 10 launches interleaved with cuBLAS"),
+        (2.0, "screened 10 launches interleaved with cuBLAS")]  # q: its first anchor
+    assert screens == [1] * 5
 
 
 def test_graphs_hold_enough_launches():

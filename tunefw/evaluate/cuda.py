@@ -86,6 +86,7 @@ class CudaEvaluator:
         self._workspace = torch.zeros(0, dtype=torch.uint8, device=self.device)
         self._rotation: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._rotation_key: tuple | None = None
+        self._anchors = method.AnchorWatch()
         self._poisoned = ""
         self._nvml = _Nvml(self._static["uuid"])
         self._warm_up(warm_up_s)
@@ -208,7 +209,8 @@ class CudaEvaluator:
         if not timed:
             return Outcome(Status.OK, log="strictly verified", rel_err=verdict.rel_err)
 
-        timing, cublas, note = self._time(run, inputs.cublas, wait, confirm, rotations)
+        timing, cublas, note = self._time(run, inputs.cublas, wait, confirm, rotations,
+                                          key=problem.key())
         return Outcome(Status.OK, log=note, median_ms=timing.median_ms, min_ms=timing.min_ms,
                        iqr_ms=timing.iqr_ms, tflops=_tflops(problem, timing.median_ms),
                        rel_err=verdict.rel_err, cublas_tflops=_tflops(problem, cublas.median_ms),
@@ -216,21 +218,31 @@ class CudaEvaluator:
 
     def _time(self, run: Callable[[], None], cublas: Callable[[], None],
               wait: Callable[[], None], confirm: tuple[int, float] | None,
-              rotations: Callable[[], tuple[list, list]] | None = None
+              rotations: Callable[[], tuple[list, list]] | None = None, key: str = ""
               ) -> tuple[method.Timing, method.Timing, str]:
-        """Kernel and cuBLAS timings and how they were taken: an anchored screen (CUDA graphs of
-        both for a small kernel, cycling over ``rotations()``'s operand copies so that no launch
-        of a graph finds the last one's operands in L2), then for a confirmation the longer
-        interleaved run."""
+        """Kernel and cuBLAS timings and how they were taken: three paired probe launches say
+        whether the kernel is small (then both are timed as CUDA graphs, cycling over
+        ``rotations()``'s operand copies so that no launch of a graph finds the last one's
+        operands in L2), an anchored screen (taken again where its cuBLAS anchor ran DISTURBED
+        times the problem's fastest: ``key`` names the problem), then for a confirmation the
+        longer interleaved run."""
         kernel, anchor, per_sample = run, cublas, 1
-        timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait)
-        if timing.median_ms < method.GRAPH_BELOW_MS:
-            per_sample = method.graph_repeats(timing.median_ms)
+        probe = method.time_each([run, cublas] * method.WARMUP_LAUNCHES, self._flush, wait)
+        if min(probe[0::2]) < method.GRAPH_BELOW_MS:
+            per_sample = method.graph_repeats(min(probe[0::2]))
             runs, anchors = rotations() if rotations else ([run], [cublas])
             kernel = method.capture_graph(runs, per_sample)
             anchor = method.capture_graph(anchors, per_sample)
+        timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait,
+                                                  launches_per_sample=per_sample)
+        again = ""
+        slowdown = self._anchors.slowdown((key, per_sample > 1), anchored.median_ms)
+        if slowdown:
             timing, anchored = method.anchored_screen(kernel, anchor, self._flush, wait,
                                                       launches_per_sample=per_sample)
+            self._anchors.slowdown((key, per_sample > 1), anchored.median_ms)
+            again = (f"; screened again: cuBLAS had run {slowdown:.1f}x its fastest on this "
+                     "problem (a disturbed GPU)")
         how = "screened"
         if confirm:
             timing, anchored = method.interleaved(kernel, anchor, self._flush, wait,
@@ -238,7 +250,7 @@ class CudaEvaluator:
                                                   launches_per_sample=per_sample)
             how = "confirmed over"
         unit = "launches" if per_sample == 1 else f"CUDA graphs of {per_sample} launches"
-        return timing, anchored, f"{how} {timing.samples} {unit} interleaved with cuBLAS"
+        return timing, anchored, f"{how} {timing.samples} {unit} interleaved with cuBLAS{again}"
 
     # ---- pieces ---------------------------------------------------------------------------
     def _small_grid_launch(self, template: KernelTemplate, config: dict, problem: GemmProblem,

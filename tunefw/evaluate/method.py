@@ -226,6 +226,28 @@ def anchored_screen(launch: Callable[[], None], anchor: Callable[[], None],
                        launches_per_sample=launches_per_sample)
 
 
+DISTURBED = 1.5  # an anchor this many times its problem's fastest on the worker: screen again
+
+
+class AnchorWatch:
+    """Each problem's fastest cuBLAS anchor so far on one worker (per-launch ms, keyed by the
+    caller: problem and timing mode). The H200 once ran cuBLAS at 0.11-0.5x its usual rate for
+    a stretch of 17 minutes (14 of 6047 recorded screens): both sides of those screens slowed,
+    and their ratios, up to 1.07x where the shape's confirmed best is 0.82x, were no measure."""
+
+    def __init__(self) -> None:
+        self.fastest: dict = {}
+
+    def slowdown(self, key, anchor_ms: float) -> float | None:
+        """How many times its problem's fastest this anchor ran, where that is DISTURBED or more
+        (the screen was taken on a disturbed GPU), else None; the anchor is remembered."""
+        fastest = self.fastest.get(key)
+        self.fastest[key] = anchor_ms if fastest is None else min(fastest, anchor_ms)
+        if fastest is None or anchor_ms < DISTURBED * fastest:
+            return None
+        return anchor_ms / fastest
+
+
 ROTATE_L2_FACTOR = 3.0  # operand copies a timing graph cycles over: bytes past each reuse / L2
 ROTATE_MAX_COPIES = 64
 

@@ -58,6 +58,9 @@
 #                     llama3_8b sweep's best stayed 0.83-0.97x cuBLAS: can the existing knobs
 #                     reach cuBLAS there (a search problem) or not (a kernel problem)? 480 jobs,
 #                     existing knobs only
+#   methodab    (240) method_ab_h200.py: the pinned tree's timing method (anchored-3) and this
+#                     tree's (anchored-4) on the same 96 configs of four shapes, one launch each:
+#                     trials/s and paired screened ratios (the newer method's gain, measured)
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -132,6 +135,8 @@ for name in "$@"; do
         --membound-clusters 1 --membound-swap-all-bm --name membound6_probe ;;
     midm) step midm 300 python3 benchmarks/decode_probe.py --families "" \
         --m 128,129,256,257,512,1024 --wgmma-midm 20 --name midm_probe ;;
+    methodab) bash benchmarks/pinned_tree.sh unpack >/dev/null
+      step methodab 240 python3 benchmarks/method_ab_h200.py --commit "$TUNEFW_COMMIT" ;;
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

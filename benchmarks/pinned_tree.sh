@@ -11,11 +11,13 @@
 #   bash benchmarks/pinned_tree.sh run SCRIPT ARGS  # (device, after device_setup) unpack it into
 #                                                   # /tmp/pinned-tree and run its SCRIPT there
 #                                                   # with ARGS and --commit (the pinned SHA)
+#   bash benchmarks/pinned_tree.sh unpack           # only unpack it (prints where)
 #
 # Paths in ARGS are resolved here first (this tree's state files are what the run resumes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TREE_TAR=benchmarks/state/tree.tar.gz
+TREE=/tmp/pinned-tree
 PATHS=(tunefw kernel_templates pyproject.toml studies benchmarks/studies benchmarks/models
        benchmarks/*.py)
 case "${1:-}" in
@@ -28,10 +30,14 @@ case "${1:-}" in
     rm -rf "$tmp"
     echo "pinned $sha in $TREE_TAR ($(du -h "$TREE_TAR" | cut -f1)); git add -f it"
     ;;
+  unpack)
+    rm -rf "$TREE" && mkdir -p "$TREE" && tar -xzf "$TREE_TAR" -C "$TREE"
+    echo "$TREE"
+    ;;
   run)
     script=${2:?usage: $0 run SCRIPT ARGS...}
     shift 2
-    tree=/tmp/pinned-tree
+    tree=$TREE
     rm -rf "$tree" && mkdir -p "$tree" && tar -xzf "$TREE_TAR" -C "$tree"
     # device_setup's wheels (/tmp/site) stay on the path; this tree gives way to the pinned one
     site=$( [ -d /tmp/site ] && echo /tmp/site: || true )
@@ -39,7 +45,7 @@ case "${1:-}" in
     PYTHONPATH="$site$tree" exec python3 "$script" "$@" --commit "$(cat COMMIT)"
     ;;
   *)
-    echo "usage: $0 pin [SHA] | run SCRIPT ARGS..." >&2
+    echo "usage: $0 pin [SHA] | run SCRIPT ARGS... | unpack" >&2
     exit 2
     ;;
 esac

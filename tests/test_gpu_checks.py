@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -303,3 +304,13 @@ def test_the_memory_bound_probe_can_hold_more_weight_rows_under_swap_ab():
     bms = lambda cs, sched: {c["BM"] for c in cs if c["SWAP_AB"] and c["SCHEDULE"] == sched}  # noqa: E731
     assert bms(few, "cooperative") == {128} and bms(every, "cooperative") == {128, 256}
     assert all(c["BN"] == 136 for c in every if c["SWAP_AB"])  # 129 tokens: one 136-wide tile
+
+
+def test_the_method_comparison_pairs_configs_and_reads_the_rate_gain():
+    ab = _load("method_ab_h200")
+    old = {"ratios": {"p a": 1.0, "p b": 0.5, "q c": 2.0}, "trials_per_s": 2.0}
+    new = {"ratios": {"p a": 1.1, "p b": 0.5, "q d": 1.0}, "trials_per_s": 5.0}
+    got = ab.compare(old, new)
+    assert got["paired_configs"] == 2 and got["rate_gain"] == 2.5
+    assert got["median_log_ratio_diff"] == pytest.approx(math.log(1.1) / 2)
+    assert ab.compare({**old, "trials_per_s": None}, new)["rate_gain"] is None

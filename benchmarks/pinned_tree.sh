@@ -20,6 +20,7 @@ TREE_TAR=benchmarks/state/tree.tar.gz
 TREE=/tmp/pinned-tree
 PATHS=(tunefw kernel_templates pyproject.toml studies benchmarks/studies benchmarks/models
        benchmarks/*.py)
+unpack() { rm -rf "$TREE" && mkdir -p "$TREE" && tar -xzf "$TREE_TAR" -C "$TREE"; }
 case "${1:-}" in
   pin)
     sha=$(git rev-parse "${2:-HEAD}")
@@ -31,18 +32,17 @@ case "${1:-}" in
     echo "pinned $sha in $TREE_TAR ($(du -h "$TREE_TAR" | cut -f1)); git add -f it"
     ;;
   unpack)
-    rm -rf "$TREE" && mkdir -p "$TREE" && tar -xzf "$TREE_TAR" -C "$TREE"
+    unpack
     echo "$TREE"
     ;;
   run)
     script=${2:?usage: $0 run SCRIPT ARGS...}
     shift 2
-    tree=$TREE
-    rm -rf "$tree" && mkdir -p "$tree" && tar -xzf "$TREE_TAR" -C "$tree"
+    unpack
     # device_setup's wheels (/tmp/site) stay on the path; this tree gives way to the pinned one
     site=$( [ -d /tmp/site ] && echo /tmp/site: || true )
-    cd "$tree"
-    PYTHONPATH="$site$tree" exec python3 "$script" "$@" --commit "$(cat COMMIT)"
+    cd "$TREE"
+    PYTHONPATH="$site$TREE" exec python3 "$script" "$@" --commit "$(cat COMMIT)"
     ;;
   *)
     echo "usage: $0 pin [SHA] | run SCRIPT ARGS... | unpack" >&2

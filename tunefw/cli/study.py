@@ -145,9 +145,9 @@ def show_data(name: str) -> dict:
     """What `study show` prints: per problem its outcomes, best config (confirmed and screen
     figures, ptxas's) and export route; the last launch's figures; the result kind."""
     from tunefw.report.data import result_kind
-    from tunefw.export.table import changed_source
     from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO
     from tunefw.store import queries as q
+    from tunefw.templates import changed_source
     store = open_db()
     with store.session() as s:
         study = q.get_study(s, name)

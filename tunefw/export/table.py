@@ -10,7 +10,7 @@ from pathlib import Path
 from tunefw.errors import UserError
 from tunefw.export.cpp import render_cpp
 from tunefw.export.files import write_atomic
-from tunefw.templates import FAMILIES
+from tunefw.templates import FAMILIES, changed_source
 from tunefw.runtime.dispatch import DEFAULT_MIN_RATIO, DispatchEntry, DispatchTable, apply_min_ratio
 from tunefw.store import Store
 from tunefw.store import queries as q
@@ -59,13 +59,6 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             "mixed": list(fingerprints.values())}
         return DispatchTable(simulated="sim" in evaluators, fingerprint=fingerprint,
                              entries=entries, min_ratio=min_ratio)
-
-
-def changed_source(family: str, measured: str | None) -> str | None:
-    """The family's kernel source hash today when it differs from the one a trial was measured
-    with (None: unchanged, or the trial recorded none)."""
-    now = FAMILIES[family].source_hash() if family in FAMILIES else "unknown"
-    return now if measured and measured != now else None
 
 
 def _source_unchanged(entry: DispatchEntry, measured: str) -> DispatchEntry:

@@ -33,14 +33,13 @@ kernel (tunefw upgraded, a template edited): whatever rule chose it, the route i
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Callable
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, Evidence
-from tunefw.templates import FAMILIES
+from tunefw.templates import FAMILIES, changed_source
 
 
 PATHS = ("exact", "bucket", "nearest", "calibrated", "unproven", "guarded", "cublas")
@@ -157,10 +156,12 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
         return Route("cublas", None, f"{why} a cuBLAS route: {e.reason or 'lost to cuBLAS'}",
                      rule, e, e.ratio)
     tag = f"{e.family}, trial {e.trial_id}"
-    changed = changed_source(e, built_from(e) if built_from else None)
-    if changed:  # the kernel this runtime would build was never timed (nor its evidence)
-        return Route("unproven", None, f"{rule} {what} ({tag}): {changed}: unproven, cuBLAS "
-                                       "unless the guard measures it", rule, e, e.ratio)
+    now = changed_source(e.family, e.source_hash, built_from(e) if built_from else None)
+    if now:  # the kernel this runtime would build was never timed (nor its evidence)
+        return Route("unproven", None, f"{rule} {what} ({tag}): {e.family}'s kernel source "
+                                       f"changed since it was measured ({e.source_hash} -> {now}): "
+                                       "unproven, cuBLAS unless the guard measures it",
+                     rule, e, e.ratio)
     if rule == "exact":
         ratio = f", {e.ratio:.3f}x cuBLAS" if e.ratio is not None else ""
         return Route("exact", e, f"its own entry ({tag}{ratio})", rule, e, e.ratio)
@@ -187,21 +188,6 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
                          rule, e, worst.ratio)
     return Route("calibrated", e, f"{rule} {what}, {how} ({tag}); calibration measured "
                                   f"{_measured(points)}", rule, e, worst.ratio)
-
-
-@functools.cache
-def _installed_source(family: str) -> str:
-    return FAMILIES[family].source_hash()
-
-
-def changed_source(e: DispatchEntry, built_from: str | None = None) -> str | None:
-    """Why the entry's kernel, built from this installation's templates (or from the source
-    ``built_from`` names: a shipped cubin's), is not the one its table measured (the source
-    hashes differ), or None (same, or not recorded)."""
-    now = built_from or _installed_source(e.family)
-    if e.source_hash is None or e.source_hash == now:
-        return None
-    return f"{e.family}'s kernel source changed since it was measured ({e.source_hash} -> {now})"
 
 
 def _no_entry(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> str:

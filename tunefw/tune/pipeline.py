@@ -237,13 +237,12 @@ class Pipeline:
                           any(st.ready or st.room() > 0 for st in self.states.values()))
 
     # ---- jobs through compile and the pool ------------------------------------------------------
-    def run_jobs(self, jobs: list[Job], then: Callable[[Job, Outcome], list[Job]] | None = None,
-                 deadline: float | None = None) -> list[tuple[Job, Outcome]]:
-        """Compile and run ``jobs`` (the pipeline's search is over) to their outcomes, handing
-        each to ``then`` as it arrives (what it returns runs too: a confirmation's next step).
-        Past ``deadline`` (time.monotonic()) nothing more starts: queued jobs are dropped, the
-        running ones finish; ``self.cut`` says whether that happened."""
-        results: list[tuple[Job, Outcome]] = []
+    def run_jobs(self, jobs: list[Job], then: Callable[[Job, Outcome], list[Job]],
+                 deadline: float | None = None) -> None:
+        """Compile and run ``jobs`` (the pipeline's search is over), handing each outcome to
+        ``then`` as it arrives (what it returns runs too: a confirmation's next step). Past
+        ``deadline`` (time.monotonic()) nothing more starts: queued jobs are dropped, the running
+        ones finish; ``self.cut`` says whether that happened."""
         self.cut = False
         for job in jobs:
             self._queue(job)
@@ -256,11 +255,9 @@ class Pipeline:
             self._dispatch()
             finished += self._settle(*self.pool.poll(0.05))
             for job, outcome in finished:
-                results.append((job, outcome))
-                for follow in then(job, outcome) if then else []:
+                for follow in then(job, outcome):
                     self._queue(follow, first=True)  # it finishes a problem: before the rest
             self._report_events()
-        return results
 
     def _queue(self, job: Job, first: bool = False) -> None:
         """To the workers (first in line, or last), through the compiler unless compiled."""

@@ -20,7 +20,7 @@ from tunefw.store.files import optuna_storage
 from tunefw.store.lease import Lease, take
 from tunefw.store.models import Problem, Study
 from tunefw.study.spec import StudySpec
-from tunefw.templates import FAMILIES, get_family
+from tunefw.templates import FAMILIES, changed_source, get_family, installed_source
 from tunefw.tune.asker import Asker
 from tunefw.tune.confirm import Confirmer
 from tunefw.tune.interrupt import deferred
@@ -96,12 +96,11 @@ def guard_round(s, study: Study, fingerprint: dict, families: list[str],
         raise UserError(f"study {study.name!r}: a family's parameter space changed since round "
                         f"{study.round}: pass --new-round to start a new round")
     for family, measured in sorted(q.round_source_hashes(s, study).items()):
-        now = get_family(family).source_hash() if family in FAMILIES else None
-        if measured - {now}:  # the round's rankings, confirmation and winners are of one kernel
+        if any(changed_source(family, m) for m in measured):  # one kernel per round's config
             raise UserError(f"study {study.name!r} round {study.round}: {family}'s kernel source "
                             f"changed since its trials were measured ({', '.join(sorted(measured))}"
-                            f" -> {now}): pass --new-round to start a new round (unchanged "
-                            "families' results are reused)")
+                            f" -> {installed_source(family)}): pass --new-round to start a new "
+                            "round (unchanged families' results are reused)")
 
 
 def ray_pool(options: LaunchOptions, spec: StudySpec, replay: str | None) -> WorkerPool:

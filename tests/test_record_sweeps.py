@@ -192,3 +192,19 @@ def test_the_pinned_tree_measures_what_the_resumed_studies_measured(tmp_path):
         pinned_sources, pinned_spaces, method = _pinned(tmp_path, sorted(sources))
         assert sources == {f: {h} for f, h in pinned_sources.items()}
         assert spaces == {f: {pinned_spaces[f]} for f in spaces} and methods == {method}
+
+
+def test_the_committed_state_figures_are_what_the_committed_states_give(tmp_path):
+    """benchmarks/results/state_figures_h200.json (the figures the notes and README quote from
+    the states: the llama3_8b search, the recording's disturbed anchors) is regenerated from the
+    committed states by its script, byte for byte."""
+    spec = importlib.util.spec_from_file_location("state_figures",
+                                                  REPO / "benchmarks" / "state_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    assert figures.main(["--out", str(tmp_path / "f.json")]) == 0
+    committed = REPO / "benchmarks" / "results" / "state_figures_h200.json"
+    assert (tmp_path / "f.json").read_text() == committed.read_text()
+    records = json.loads(committed.read_text())["records"]
+    assert records["disturbed"] == len(records["rows"]) > 0
+    assert all(r["cublas_rate_of_median"] < records["anchor_below"] for r in records["rows"])

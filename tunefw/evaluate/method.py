@@ -232,7 +232,8 @@ DISTURBED = 1.5  # an anchor this many times its problem's fastest on the worker
 class AnchorWatch:
     """Each problem's fastest cuBLAS anchor so far on one worker (per-launch ms, keyed by the
     caller: problem and timing mode). The H200 once ran cuBLAS at 0.11-0.5x its usual rate for
-    a stretch of 17 minutes (14 of 6047 recorded screens): both sides of those screens slowed,
+    a stretch of 17 minutes (14 of 6047 recorded screens, benchmarks/results/
+    state_figures_h200.json): both sides of those screens slowed,
     and their ratios, up to 1.07x where the shape's confirmed best is 0.82x, were no measure."""
 
     def __init__(self) -> None:

@@ -142,7 +142,7 @@ def decide(timer: Timer, kernel: Callable[[], object], cublas: Callable[[], obje
 
 
 # What a decision costs beyond its GPU time (events, syncs, the flush's launches): the H200 took
-# 3.12 ms for 4097x14336x4096, two pairs of 1.30 ms plus flushes (dispatch_guard_h200.json).
+# 3.12 ms for 4097x14336x4096, two pairs of 1.30 ms plus flushes (dispatch_guard_hf_llama3_8b_h200.json).
 HOST_MS = 0.5
 
 

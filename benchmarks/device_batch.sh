@@ -61,6 +61,9 @@
 #   methodab    (240) method_ab_h200.py: the pinned tree's timing method (anchored-3) and this
 #                     tree's (anchored-4) on the same 96 configs of four shapes, one launch each:
 #                     trials/s and paired screened ratios (the newer method's gain, measured)
+#   midmprof    (240) profile_midm.sh: Nsight Compute (stall reasons included) of the llama3_8b
+#                     table's mid-M wgmma_sm90 winners beside cuBLAS's kernels: why the same
+#                     decomposition as cuBLAS's runs 6-15% slower at M = 64-512
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -137,6 +140,7 @@ for name in "$@"; do
         --m 128,129,256,257,512,1024 --wgmma-midm 20 --name midm_probe ;;
     methodab) bash benchmarks/pinned_tree.sh unpack >/dev/null
       step methodab 240 python3 benchmarks/method_ab_h200.py --commit "$TUNEFW_COMMIT" ;;
+    midmprof) step midmprof 240 bash benchmarks/profile_midm.sh ;;
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

@@ -37,6 +37,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="result JSON (with --summarize)")
     ap.add_argument("--device", default="", help="'name, driver, power limit, max SM clock'")
     ap.add_argument("--script-commit", default="", help="the commit of this script that ran")
+    ap.add_argument("--any-route", action="store_true",
+                    help="profile the tuned kernel of entries exported as cuBLAS routes too (why "
+                         "a winner lost is the question there)")
     args = ap.parse_args()
     if args.summarize:
         result = summarize(args.summarize, args)
@@ -57,7 +60,8 @@ def main() -> int:
             return (e.M, e.N, e.K) in wanted
         return 2.0 * e.M * e.N * e.K >= args.min_gflop * 1e9
 
-    for g in table_gemms(args.table, keep):
+    table = kernel_routes(args.table) if args.any_route else args.table
+    for g in table_gemms(table, keep):
         e = g.entry
         torch.cuda.nvtx.range_push(f"{e.M}x{e.N}x{e.K}")
         for _ in range(args.repeats):
@@ -71,6 +75,20 @@ def main() -> int:
     return 0
 
 
+def kernel_routes(table_path: Path) -> Path:
+    """A copy of the table whose cuBLAS routes are served by their tuned configs again."""
+    import tempfile
+
+    data = json.loads(table_path.read_text())
+    for e in data["entries"]:
+        if e.get("route") == "cublas" and e.get("config"):
+            e.pop("route")
+            e.pop("reason", None)
+    out = Path(tempfile.mkdtemp()) / table_path.name
+    out.write_text(json.dumps(data))
+    return out
+
+
 TUNEFW_KERNEL = "void gemm_"  # every family's kernel: gemm_<family>
 FRAMEWORK_KERNEL = "void at::"  # torch's own kernels (the norm of the check), not GEMM work
 METRICS = {"time_us": ("gpu__time_duration.sum", 1e-3), "dram_read_mb": ("dram__bytes_read.sum", 1e-6),
@@ -78,6 +96,10 @@ METRICS = {"time_us": ("gpu__time_duration.sum", 1e-3), "dram_read_mb": ("dram__
            "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
            "l2_throughput_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
            "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", 1.0)}
+
+
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+STALL_SUFFIX = "_per_issue_active.ratio"
 
 
 def _number(text: str) -> float:
@@ -96,6 +118,13 @@ def _side(launches: list[list[dict]]) -> dict:
             per_launch.append(sum(values) if key in ("time_us", "dram_read_mb", "l2_mb")
                               else max(values))
         out[key] = statistics.median(per_launch)
+    stalls = {}  # with --section WarpStateStats: cycles a warp stalls per issued instruction
+    for metric in launches[0][0]:
+        if metric.startswith(STALL_PREFIX) and metric.endswith(STALL_SUFFIX):
+            values = [max(_number(r.get(metric) or "nan") for r in kernels) for kernels in launches]
+            stalls[metric[len(STALL_PREFIX):-len(STALL_SUFFIX)]] = round(statistics.median(values), 3)
+    if stalls:
+        out["stalls_per_issue"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:6])
     return out
 
 

@@ -71,3 +71,38 @@ def test_a_shape_list_that_does_not_match_the_csv_is_refused(tmp_path):
     rows = [_row(1, "void gemm_wgmma_sm90<0>", 20_000), _row(2, "nvjet_x", 18_000)]
     with pytest.raises(SystemExit, match="names 2 shapes, the CSV holds 1"):
         profile.summarize(_csv(tmp_path, rows), _args("1x2x3,4x5x6"))
+
+
+def test_stall_reasons_are_kept_per_side_largest_first(tmp_path):
+    stall = profile.STALL_PREFIX + "{}" + profile.STALL_SUFFIX
+    extra = [stall.format("long_scoreboard"), stall.format("barrier"), stall.format("wait")]
+    columns = COLUMNS + extra
+
+    def row(i, name, values):
+        return _row(i, name, 20_000) + values
+
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(columns)
+    writer.writerows([row(1, "void gemm_wgmma_sm90<0>", ["1.5", "4.25", "0.5"]),
+                      row(2, "nvjet_x", ["3.0", "0.1", "0.2"])])
+    path = tmp_path / "ncu.csv"
+    path.write_text(out.getvalue())
+    first, = profile.summarize(path, _args("1x4096x4096"))["rows"]
+    assert list(first["tunefw"]["stalls_per_issue"].items()) == [
+        ("barrier", 4.25), ("long_scoreboard", 1.5), ("wait", 0.5)]
+    assert first["cublas"]["stalls_per_issue"]["long_scoreboard"] == 3.0
+
+
+def test_any_route_serves_cublas_routes_by_their_tuned_config(tmp_path):
+    table = SCRIPT.parent / "results" / "dispatch_llama3_8b_h200.json"
+    copy = profile.kernel_routes(table)
+    import json
+    before = json.loads(table.read_text())["entries"]
+    after = json.loads(copy.read_text())["entries"]
+    assert len(before) == len(after)
+    routed = [i for i, e in enumerate(before) if e.get("route") == "cublas" and e.get("config")]
+    assert routed and all("route" not in after[i] and "reason" not in after[i] for i in routed)
+    assert all(after[i]["config"] == before[i]["config"] for i in routed)
+    kept = [i for i, e in enumerate(before) if i not in routed]
+    assert all(after[i] == before[i] for i in kept)

@@ -5,7 +5,8 @@ llama3_8b table's search (benchmarks/state/llama3_8b_state.tar.gz) and issue 17'
 - llama3_8b: trials by outcome, the stored launch figures, each problem's best screened ratio by
   family and whether a winner is confirmed (the search's state, not a table's result);
 - records: screens whose cuBLAS anchor ran at under ``--anchor-below`` of its problem's median
-  cuBLAS rate (a disturbed GPU: what the anchored-4 method screens again), with their ratios.
+  cuBLAS rate (a disturbed GPU: what the anchored-4 method screens again), with their ratios;
+  each problem's and study's best screened ratio, with and without those screens.
 
     python3 benchmarks/state_figures.py
 """
@@ -56,10 +57,19 @@ def disturbed(db: str, below: float) -> dict:
         medians[key] = statistics.median(r[2] for r in rows if r[0] == key)
     slow = [{"problem": key, "trial_id": tid, "study": study, "created_at": when,
              "cublas_rate_of_median": round(cublas / medians[key], 3),
-             "ratio": round(tflops / cublas, 4)}
+             "ratio": round(tflops / cublas, 4), "tflops": round(tflops, 1)}
             for key, tid, cublas, tflops, when, study in rows if cublas < below * medians[key]]
+    best: dict[str, dict] = {}  # per problem and study: best screened ratio, all and undisturbed
+    for key, _, cublas, tflops, _, study in rows:
+        b = best.setdefault(key, {}).setdefault(study, {"screens": 0, "best": 0.0,
+                                                        "best_undisturbed": 0.0})
+        b["screens"] += 1
+        b["best"] = max(b["best"], round(tflops / cublas, 4))
+        if cublas >= below * medians[key]:
+            b["best_undisturbed"] = max(b["best_undisturbed"], round(tflops / cublas, 4))
     return {"ok_screens": len(rows), "anchor_below": below, "disturbed": len(slow),
-            "rows": sorted(slow, key=lambda r: r["created_at"])}
+            "rows": sorted(slow, key=lambda r: r["created_at"]),
+            "best_screened_ratio": {k: dict(sorted(v.items())) for k, v in sorted(best.items())}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,18 @@ def gap_row(shape: str, links: int, vs_plain: dict, vs_pdl: dict) -> dict:
             "programmatic_gain_us": round(plain["patched"] - pdl["patched"], 3)}
 
 
+def chain_operands(m: int, n: int, k: int, links: int) -> tuple:
+    """A chain's activations (M x K) and its ``links`` weight copies (N x K), bf16, seeded by
+    the shape: a model's layers in a row, each read from HBM."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n)
+    x = torch.randn(m, k, device="cuda", generator=gen).mul_(0.1).to(torch.bfloat16)
+    weights = [torch.randn(n, k, device="cuda", generator=gen).mul_(0.02).to(torch.bfloat16)
+               for _ in range(links)]
+    return x, weights
+
+
 def run_shape(shape: str, plain, pdl, rounds: int, l2_bytes: int) -> dict:
     """One shape: the weight copies, the three chains captured, two interleaved timings."""
     import torch
@@ -59,10 +71,7 @@ def run_shape(shape: str, plain, pdl, rounds: int, l2_bytes: int) -> dict:
 
     m, n, k = (int(v) for v in shape.split("x"))
     links = max(MIN_LINKS, rotation_copies(2 * n * k, l2_bytes))
-    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n)
-    x = torch.randn(m, k, device="cuda", generator=gen).mul_(0.1).to(torch.bfloat16)
-    weights = [torch.randn(n, k, device="cuda", generator=gen).mul_(0.02).to(torch.bfloat16)
-               for _ in range(links)]
+    x, weights = chain_operands(m, n, k, links)
     ways = {"cublas": lambda: [torch.mm(x, w.t()) for w in weights],
             "plain": lambda: [plain.gemm(x, w) for w in weights],
             "programmatic": lambda: [pdl.gemm(x, w) for w in weights]}

@@ -7,10 +7,15 @@ DRAM and L2 bytes and throughputs, and the name of the kernel cuBLAS chose (its 
 its tile, stages and cluster shape). The script only launches; ncu writes a CSV, which
 ``--summarize`` (on any machine) turns into the result JSON, a row per shape.
 
-    ncu --clock-control none --csv --page raw --section SpeedOfLight --section LaunchStats \
+    ncu --clock-control none --profile-from-start off --csv --page raw \
+        --section SpeedOfLight --section LaunchStats \
         --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpc__cycles_elapsed.avg.per_second \
-        -k 'regex:gemm|gemv|nvjet|xmma|cutlass|splitK|reduce|Kernel' \
+        -k 'regex:^(gemm_|nvjet|sm[0-9]+_xmma|cutlass|splitKreduce|gemv|Kernel)' \
         python3 benchmarks/profile_h200.py --table T --shapes S > profile.csv
+
+Only the timed launches run inside the profiler range (cudaProfilerStart/Stop): the runtime's
+first-use proof of each kernel (its reference GEMM, norms and scans) runs before it, so ncu's
+many replays per kernel are spent on the kernels compared.
     python3 benchmarks/profile_h200.py --table T --shapes S --summarize profile.csv --out R.json
 """
 from __future__ import annotations
@@ -37,6 +42,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="result JSON (with --summarize)")
     ap.add_argument("--device", default="", help="'name, driver, power limit, max SM clock'")
     ap.add_argument("--script-commit", default="", help="the commit of this script that ran")
+    ap.add_argument("--note", default="", help="what else a reader of the result must know")
     ap.add_argument("--any-route", action="store_true",
                     help="profile the tuned kernel of entries exported as cuBLAS routes too (why "
                          "a winner lost is the question there)")
@@ -63,13 +69,16 @@ def main() -> int:
     table = kernel_routes(args.table) if args.any_route else args.table
     for g in table_gemms(table, keep):
         e = g.entry
-        torch.cuda.nvtx.range_push(f"{e.M}x{e.N}x{e.K}")
+        g.tunefw()  # first launches (and every check before them) outside the profiled range
+        g.cublas()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
         for _ in range(args.repeats):
             g.tunefw()
         for _ in range(args.repeats):
             g.cublas()
         torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+        torch.cuda.profiler.stop()
         err = float((g.c.float() - g.c_ref.float()).norm() / g.c_ref.float().norm())
         print(f"{e.M}x{e.N}x{e.K}: {e.config} rel diff vs cuBLAS {err:.2e}", flush=True)
     return 0
@@ -90,12 +99,16 @@ def kernel_routes(table_path: Path) -> Path:
 
 
 TUNEFW_KERNEL = "void gemm_"  # every family's kernel: gemm_<family>
-FRAMEWORK_KERNEL = "void at::"  # torch's own kernels (the norm of the check), not GEMM work
+# torch's and CUB's kernels (a check's norms and scans): not GEMM work; they end a launch's rows
+FRAMEWORK_KERNELS = ("void at::", "void reduce::", "void scan::", "void select::")
 METRICS = {"time_us": ("gpu__time_duration.sum", 1e-3), "dram_read_mb": ("dram__bytes_read.sum", 1e-6),
            "l2_mb": ("lts__t_bytes.sum", 1e-6), "sm_clock_mhz": ("gpc__cycles_elapsed.avg.per_second", 1e-6),
            "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
            "l2_throughput_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", 1.0),
            "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", 1.0)}
+# cycles the average SM had a CTA over the kernel's elapsed cycles: the launch ramp and the tail
+# (CTAs done, others still running) are what keeps it under 100% on a one-wave grid
+BUSY = ("sm__cycles_active.avg", "gpc__cycles_elapsed.max")
 
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
@@ -118,6 +131,10 @@ def _side(launches: list[list[dict]]) -> dict:
             per_launch.append(sum(values) if key in ("time_us", "dram_read_mb", "l2_mb")
                               else max(values))
         out[key] = statistics.median(per_launch)
+    if all(launches[0][0].get(m) for m in BUSY):
+        out["sm_busy_pct"] = statistics.median(
+            100.0 * max(_number(r[BUSY[0]]) / _number(r[BUSY[1]]) for r in kernels)
+            for kernels in launches)
     stalls = {}  # with --section WarpStateStats: cycles a warp stalls per issued instruction
     for metric in launches[0][0]:
         if metric.startswith(STALL_PREFIX) and metric.endswith(STALL_SUFFIX):
@@ -136,18 +153,31 @@ def table_order(shapes: list[str], table_path: Path) -> list[str]:
     return sorted(shapes, key=lambda s: index.get(s, len(index)))
 
 
+def launch_blocks(rows: list[dict]) -> list[list[dict]]:
+    """The compared launches of each shape: a run of tunefw rows and the GEMM-library rows right
+    after it. torch's and CUB's rows end a block, and a block without cuBLAS rows is dropped, so
+    a CSV that also holds first-use checks (profiled from the start) parses as well."""
+    blocks: list[list[dict]] = []
+    current: list[dict] = []
+    for r in rows + [{"Kernel Name": FRAMEWORK_KERNELS[0]}]:
+        name = r["Kernel Name"]
+        ours = name.startswith(TUNEFW_KERNEL)
+        theirs_seen = any(not x["Kernel Name"].startswith(TUNEFW_KERNEL) for x in current)
+        if name.startswith(FRAMEWORK_KERNELS) or (ours and theirs_seen):
+            if theirs_seen and current[0]["Kernel Name"].startswith(TUNEFW_KERNEL):
+                blocks.append(current)
+            current = []
+        if not name.startswith(FRAMEWORK_KERNELS):
+            current.append(r)
+    return blocks
+
+
 def summarize(csv_path: Path, args: argparse.Namespace) -> dict:
     """A row per shape: tunefw's and cuBLAS's kernels side by side (medians over launches).
     Rows come in launch order: per shape, tunefw x repeats, then cuBLAS x repeats."""
     lines = [ln for ln in csv_path.read_text().splitlines() if ln.startswith('"')]
     rows = [r for r in csv.DictReader(lines) if r.get("ID", "").isdigit()]
-    rows = [r for r in rows if not r["Kernel Name"].startswith(FRAMEWORK_KERNEL)]
-    blocks: list[list[dict]] = []
-    for r in rows:
-        ours = r["Kernel Name"].startswith(TUNEFW_KERNEL)
-        if ours and (not blocks or not blocks[-1][-1]["Kernel Name"].startswith(TUNEFW_KERNEL)):
-            blocks.append([])
-        blocks[-1].append(r)
+    blocks = launch_blocks(rows)
     shapes = table_order([s for s in args.shapes.split(",") if s], args.table)
     if len(shapes) != len(blocks):
         raise SystemExit(f"--shapes names {len(shapes)} shapes, the CSV holds {len(blocks)}")
@@ -165,7 +195,7 @@ def summarize(csv_path: Path, args: argparse.Namespace) -> dict:
             "table": str(args.table), "tool": "ncu --clock-control none (clocks left to the GPU)",
             "note": "ratio = cuBLAS time / tunefw time per GEMM, ncu-serialized launches "
                     "(caches flushed by ncu between kernels); cuBLAS time sums its kernels",
-            "rows": result_rows}
+            "rows": result_rows, **({"run_note": args.note} if args.note else {})}
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 table=benchmarks/results/dispatch_llama3_8b_h200.json
 shapes=${MIDM_SHAPES:-64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,128x6144x4096,256x6144x4096,256x4096x14336}
-ncu --clock-control none --csv --page raw --section SpeedOfLight --section LaunchStats \
-  --section WarpStateStats \
-  --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpc__cycles_elapsed.avg.per_second \
-  -k 'regex:gemm|gemv|nvjet|xmma|cutlass|splitK|reduce|Kernel' \
+ncu --clock-control none --profile-from-start off --csv --page raw \
+  --section SpeedOfLight --section LaunchStats --section WarpStateStats \
+  --metrics dram__bytes_read.sum,lts__t_bytes.sum,gpc__cycles_elapsed.avg.per_second,sm__cycles_active.avg,gpc__cycles_elapsed.max \
+  -k 'regex:^(gemm_|nvjet|sm[0-9]+_xmma|cutlass|splitKreduce|gemv|Kernel)' \
   python3 benchmarks/profile_h200.py --any-route --table "$table" --shapes "$shapes" \
   > "$OUT/profile_midm_h200.csv"
 python3 benchmarks/profile_h200.py --table "$table" --shapes "$shapes" \

@@ -41,7 +41,8 @@ TABLE = SCRIPT.parent / "results" / "dispatch_decode3_h200.json"
 
 
 def _args(shapes: str) -> argparse.Namespace:
-    return argparse.Namespace(shapes=shapes, table=TABLE, device="H200", script_commit="abc")
+    return argparse.Namespace(shapes=shapes, table=TABLE, device="H200", script_commit="abc",
+                              note="")
 
 
 def test_shapes_pair_tunefw_with_cublas_and_sum_its_reduce_kernel(tmp_path):
@@ -65,6 +66,44 @@ def test_shapes_pair_tunefw_with_cublas_and_sum_its_reduce_kernel(tmp_path):
     assert second["cublas"]["dram_read_mb"] == pytest.approx(2.0)  # bytes add up over a call
     assert second["cublas"]["sm_clock_mhz"] == pytest.approx(1500.0)  # rates do not
     assert result["script_commit"] == "abc"
+
+
+def test_first_use_checks_profiled_too_leave_only_the_timed_launches(tmp_path):
+    """A CSV profiled from the start also holds each kernel's first-use proof: cuBLAS and an
+    fp32 reference before our first launch, our single checked launches, torch's and CUB's
+    kernels between them. Only a run of ours followed by cuBLAS's is a compared launch."""
+    ours, gemm, ref = "void gemm_wgmma_sm90<0, 64>", "nvjet_sm90_tst_64x32", "sm80_xmma_gemm_f32f32"
+    cub, norm = "void select::DeviceSelectSweepKernel", "void at::reduce_kernel"
+    rows = [_row(1, gemm, 9_000), _row(2, ref, 50_000), _row(3, ours, 99_000), _row(4, cub, 1_000),
+            _row(5, ours, 98_000), _row(6, norm, 1_000),
+            _row(7, ours, 20_000), _row(8, ours, 22_000), _row(9, gemm, 18_000),
+            _row(10, gemm, 18_000), _row(11, norm, 1_000),                # shape 1, timed
+            _row(12, gemm, 30_000), _row(13, ref, 60_000), _row(14, ours, 97_000),
+            _row(15, cub, 1_000), _row(16, ours, 34_000), _row(17, ours, 34_000),
+            _row(18, gemm, 31_000), _row(19, gemm, 31_000)]              # shape 2, timed
+    first, second = profile.summarize(_csv(tmp_path, rows), _args("1x4096x4096,16x4096x14336"))["rows"]
+    assert first["tunefw"]["time_us"] == pytest.approx(21.0) and first["cublas"]["launches"] == 2
+    assert first["cublas"]["kernels"] == [gemm] and first["cublas"]["time_us"] == pytest.approx(18.0)
+    assert second["tunefw"]["time_us"] == pytest.approx(34.0)
+    assert second["cublas"]["time_us"] == pytest.approx(31.0)
+
+
+def test_sm_busy_is_the_share_of_elapsed_cycles_an_sm_had_work(tmp_path):
+    columns = COLUMNS + list(profile.BUSY)
+
+    def row(i, name, active, elapsed):
+        return _row(i, name, 20_000) + [active, elapsed]
+
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(columns)
+    writer.writerows([row(1, "void gemm_wgmma_sm90<0>", "7,500", "10,000"),
+                      row(2, "nvjet_x", "9,000", "10,000")])
+    path = tmp_path / "ncu.csv"
+    path.write_text(out.getvalue())
+    first, = profile.summarize(path, _args("1x4096x4096"))["rows"]
+    assert first["tunefw"]["sm_busy_pct"] == pytest.approx(75.0)
+    assert first["cublas"]["sm_busy_pct"] == pytest.approx(90.0)
 
 
 def test_a_shape_list_that_does_not_match_the_csv_is_refused(tmp_path):

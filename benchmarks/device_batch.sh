@@ -63,10 +63,16 @@
 #                     trials/s and paired screened ratios (the newer method's gain, measured)
 #   midmprof    (240) profile_midm.sh: Nsight Compute (stall reasons included) of the llama3_8b
 #                     table's mid-M wgmma_sm90 winners beside cuBLAS's kernels: why the same
-#                     decomposition as cuBLAS's runs 6-15% slower at M = 64-512
+#                     decomposition as cuBLAS's runs 6-15% slower at M = 64-512 (the timed
+#                     launches alone: the first run profiled every check kernel too and timed
+#                     out after 5 of 7 shapes)
 #   launchgap   (150) launch_gap_h200.py: the same mid-M winners as CUDA graphs of back-to-back
 #                     GEMMs (own weight copies past L2) beside cuBLAS, launched plainly and
 #                     programmatically: is their constant 1.3-3.3 us deficit a launch cost?
+#   timeline    (180) timeline_h200.py: the same winners built with TUNEFW_TIMELINE, every CTA's
+#                     phases (set-up, first TMA, first data, main loop, epilogue, exit) and the
+#                     gaps between kernels in graphed chains, plain and programmatic, beside
+#                     cuBLAS's chain: where the per-CTA 1.7 us and the chain deficit go
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -145,6 +151,7 @@ for name in "$@"; do
       step methodab 240 python3 benchmarks/method_ab_h200.py --commit "$TUNEFW_COMMIT" ;;
     midmprof) step midmprof 240 bash benchmarks/profile_midm.sh ;;
     launchgap) step launchgap 150 python3 benchmarks/launch_gap_h200.py --commit "$TUNEFW_COMMIT" ;;
+    timeline) step timeline 180 python3 benchmarks/timeline_h200.py --commit "$TUNEFW_COMMIT" ;;
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

@@ -33,6 +33,37 @@
 #include "tunefw/sm90.cuh"
 #include "tunefw/wgmma_ops.cuh"  // Wgmma<BN, DT>: generated from the declared BN values
 
+// TUNEFW_TIMELINE (defined by benchmarks/timeline_h200.py only, never in a tuned build): each CTA
+// records when it reaches each phase (globaltimer ns and clock64): 0 entry, 1 set up, 2 first TMA
+// issued, 3 last TMA issued (thread 0), 4 first stage consumed, 5 last main loop done, 6 epilogue
+// done, 7 exit (consumer 0's thread 0); word 16 is smid << 32 | linear block index, word 17 the
+// work units of consumer 0. The record is composed in shared memory and written at exit to a
+// slot taken after the last TMA issue: nothing on the kernel's own path touches global memory.
+#ifdef TUNEFW_TIMELINE
+#ifndef TUNEFW_TIMELINE_CTAS
+#define TUNEFW_TIMELINE_CTAS 8192
+#endif
+#define TUNEFW_TIMELINE_WORDS 18
+extern "C" {
+__device__ unsigned long long tunefw_timeline[TUNEFW_TIMELINE_CTAS * TUNEFW_TIMELINE_WORDS];
+__device__ unsigned int tunefw_timeline_next;
+}
+struct TimelineRecord {
+  unsigned long long w[TUNEFW_TIMELINE_WORDS];
+  int slot;
+};
+__device__ __forceinline__ void timeline_mark(TimelineRecord& r, int event) {
+  unsigned long long g;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+  r.w[2 * event] = g;
+  r.w[2 * event + 1] = (unsigned long long)clock64();
+}
+constexpr int kTimelineBar = 6;  // named barrier: the producer's warp 0 hands the record over
+#define TL_MARK(event) timeline_mark(tl_rec, event)
+#else
+#define TL_MARK(event) ((void)0)
+#endif
+
 // The driver's opaque tensor map (cuTensorMapEncodeTiled), 128 bytes, 64-byte aligned.
 struct alignas(64) CUtensorMap {
   unsigned long long opaque[16];
@@ -271,6 +302,10 @@ __global__ void __launch_bounds__(384, 1)
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
 
+#ifdef TUNEFW_TIMELINE
+  __shared__ TimelineRecord tl_rec;
+  if (threadIdx.x == 0) TL_MARK(0);
+#endif
   // ---- barriers ---------------------------------------------------------------------------------
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -287,6 +322,7 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     __syncthreads();
   }
+  if (threadIdx.x == 0) TL_MARK(1);
   pdl_launch_dependents();
 
   if (wg == 0) {
@@ -350,9 +386,21 @@ __global__ void __launch_bounds__(384, 1)
             else
               tma_load_2d_multicast(db, &tmap_b, kc, b_row, fb, mask_b);
           }
+          if (it == 0) TL_MARK(2);
         }
       }
+#ifdef TUNEFW_TIMELINE
+      TL_MARK(3);
+      const unsigned slot = atomicAdd(&tunefw_timeline_next, 1u);
+      tl_rec.slot = slot < TUNEFW_TIMELINE_CTAS ? (int)slot : -1;
+#endif
     }
+#ifdef TUNEFW_TIMELINE
+    if (t < 32) {
+      __syncwarp();
+      named_bar_arrive(kTimelineBar, 64);
+    }
+#endif
   } else {
     // =============================== consumers =================================================
     setmaxnreg_inc<kConsumerRegs>();
@@ -469,6 +517,7 @@ __global__ void __launch_bounds__(384, 1)
       }
       for (int kb = 0; kb < nk; ++kb, ++it) {
         issue(kb);
+        if (local == 0 && kb == 0 && cw == 0 && t == 0) TL_MARK(4);
         if (DEFER && kb == 0 && pend_row >= 0) flush_pending();  // overlaps the first group
         wgmma_wait<1>();
         if (kb > 0) release(it - 1);
@@ -477,6 +526,7 @@ __global__ void __launch_bounds__(384, 1)
       // its last full-barrier wait) while this one drains its last wgmma group and its epilogue.
       if (SCHEDULE == 1 && local + 1 < n_local) named_bar_arrive(kOrderBar + (cw ^ 1), 256);
       wgmma_wait<0>();
+      if (cw == 0 && t == 0) TL_MARK(5);
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) fence_regs(acc[mi]);
       if (nk > 0) release(it - 1);
@@ -573,6 +623,15 @@ __global__ void __launch_bounds__(384, 1)
     }
     if (DEFER && pend_row >= 0) flush_pending();
     if (EPILOGUE != 0 && t == 0) bulk_wait_group<0>();
+#ifdef TUNEFW_TIMELINE
+    if (cw == 0 && t == 0) {
+      TL_MARK(6);
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      tl_rec.w[16] = ((unsigned long long)sm << 32) | (blockIdx.x + blockIdx.y * gridDim.x);
+      tl_rec.w[17] = (unsigned long long)n_local;
+    }
+#endif
   }
 
   // A CTA must outlive the remote arrivals and multicast writes of its cluster peers.
@@ -580,4 +639,15 @@ __global__ void __launch_bounds__(384, 1)
     __syncwarp();
     cluster_sync();
   }
+#ifdef TUNEFW_TIMELINE
+  if (threadIdx.x / 32 == 4) {  // consumer 0's first warp takes the record from the producer's
+    named_bar_sync(kTimelineBar, 64);
+    if (threadIdx.x == 128) {
+      TL_MARK(7);
+      if (tl_rec.slot >= 0)
+        for (int i = 0; i < TUNEFW_TIMELINE_WORDS; ++i)
+          tunefw_timeline[(size_t)tl_rec.slot * TUNEFW_TIMELINE_WORDS + i] = tl_rec.w[i];
+    }
+  }
+#endif
 }

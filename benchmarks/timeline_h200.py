@@ -1,0 +1,245 @@
+"""Where a mid-M GEMM's microseconds go: each CTA's phases, timed inside tunefw's kernel.
+
+Nsight Compute has tunefw's mid-M wgmma_sm90 winners 3-7% behind cuBLAS in isolated launches
+(profile_midm_h200.json: each of our CTAs is busy ~1.7 us longer at 64x4096x4096) and a chain
+of them 1.3-3 us a GEMM behind (launch_gap_h200.json). This compiles the table's configs with
+TUNEFW_TIMELINE (kernel_templates/wgmma_sm90.cuh: every CTA records globaltimer and clock64 at
+entry, set-up, first and last TMA issue, first stage consumed, main loop done, epilogue done and
+exit; the tuned build has none of it) and runs each shape as a CUDA graph of back-to-back GEMMs
+over weight copies past L2, launched plainly and programmatically. Per shape and launch mode:
+the median CTA's phases, the ramp (last CTA start after the first), the tail (last CTA exit
+after the median one), the gap between kernels, and each GEMM's time in the graph beside
+cuBLAS's chain in the same run.
+
+    source benchmarks/device_setup.sh && python3 benchmarks/timeline_h200.py --commit SHA
+
+Writes $OUT/timeline_h200.json (else benchmarks/results/) and prints a table last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+TABLE = REPO / "benchmarks" / "results" / "dispatch_llama3_8b_h200.json"
+SHAPES = ("64x4096x4096,128x4096x4096,256x4096x4096,512x4096x4096,128x6144x4096,"
+          "256x6144x4096,4096x4096x4096")
+EVENTS = ("entry", "setup", "first_tma", "last_tma", "first_stage", "mainloop_done",
+          "epilogue_done", "exit")
+WORDS = 18  # TUNEFW_TIMELINE_WORDS: 8 events x (globaltimer, clock64), id, units
+CAPACITY = 8192  # TUNEFW_TIMELINE_CTAS: slots in the buffer
+# (name, from event, to event): a CTA's phases, in microseconds
+PHASES = (("setup", "entry", "setup"), ("to_first_tma", "setup", "first_tma"),
+          ("first_data", "first_tma", "first_stage"), ("mainloop", "first_stage", "mainloop_done"),
+          ("epilogue", "mainloop_done", "epilogue_done"), ("exit", "epilogue_done", "exit"),
+          ("life", "entry", "exit"))
+
+
+def records(raw: Sequence[int], count: int) -> list[dict]:
+    """The written ones of the first ``count`` slots of the timeline buffer: each CTA's event
+    times (ns, 0 where the CTA did not reach the event), clocks, SM, linear block index and
+    work units."""
+    out = []
+    for s in range(min(count, CAPACITY)):
+        w = raw[s * WORDS:(s + 1) * WORDS]
+        if not w[0]:
+            continue
+        out.append({"ns": [int(w[2 * e]) for e in range(len(EVENTS))],
+                    "clk": [int(w[2 * e + 1]) for e in range(len(EVENTS))],
+                    "sm": int(w[16]) >> 32, "block": int(w[16]) & 0xFFFFFFFF, "units": int(w[17])})
+    return out
+
+
+def launches(ctas: list[dict], grid: int) -> list[list[dict]]:
+    """The CTAs of each launch in a chain: ``grid`` CTAs at a time in order of entry (a launch's
+    CTAs all enter before the next launch's on a one-wave grid; a repeated block index in a
+    group says otherwise and is reported by phases())."""
+    ordered = sorted(ctas, key=lambda r: r["ns"][0])
+    return [ordered[i:i + grid] for i in range(0, len(ordered) - len(ordered) % grid, grid)]
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1e3, 3)
+
+
+def phases(launch: list[dict]) -> dict:
+    """One launch: its span, ramp and tail, and each phase's median and max over its CTAs
+    (a phase over CTAs that reached both of its events)."""
+    e = {name: i for i, name in enumerate(EVENTS)}
+    start = min(r["ns"][0] for r in launch)
+    end = max(r["ns"][e["exit"]] for r in launch)
+    exits = [r["ns"][e["exit"]] for r in launch]
+    out = {"ctas": len(launch), "start_ns": start, "end_ns": end, "span_us": _us(end - start),
+           "ramp_us": _us(max(r["ns"][0] for r in launch) - start),
+           "tail_us": _us(end - statistics.median(exits)),
+           "mixed": len({r["block"] for r in launch}) != len(launch)}
+    for name, a, b in PHASES:
+        got = [r["ns"][e[b]] - r["ns"][e[a]] for r in launch if r["ns"][e[a]] and r["ns"][e[b]]]
+        if got:
+            out[name] = {"median_us": _us(statistics.median(got)), "max_us": _us(max(got))}
+    lives = [(r["clk"][e["exit"]] - r["clk"][0], r["ns"][e["exit"]] - r["ns"][0]) for r in launch]
+    out["sm_clock_mhz"] = round(statistics.median(c / n * 1e3 for c, n in lives if n > 0), 1)
+    return out
+
+
+def chain_summary(per_launch: list[dict]) -> dict:
+    """A chain's launches after the first (its cold start): medians of each figure, and the gap
+    from one launch's last CTA exit to the next one's first CTA entry (negative: they overlap)."""
+    gaps = [b["start_ns"] - a["end_ns"] for a, b in zip(per_launch, per_launch[1:])]
+    warm = per_launch[1:] or per_launch
+    out = {"launches": len(per_launch), "gap_us": _us(statistics.median(gaps)) if gaps else None,
+           "mixed_launches": sum(p["mixed"] for p in per_launch)}
+    for key in ("span_us", "ramp_us", "tail_us", "sm_clock_mhz"):
+        out[key] = round(statistics.median(p[key] for p in warm), 3)
+    for name, _, _ in PHASES:
+        vals = [p[name]["median_us"] for p in warm if name in p]
+        if vals:
+            out[name + "_us"] = round(statistics.median(vals), 3)
+    return out
+
+
+def timeline_sources(dst: Path) -> Path:
+    """A copy of kernel_templates/ whose wgmma_sm90.cuh defines TUNEFW_TIMELINE."""
+    from tunefw.templates.base import TEMPLATE_DIR
+
+    root = dst / "kernel_templates"
+    shutil.copytree(TEMPLATE_DIR, root)
+    source = root / "wgmma_sm90.cuh"
+    source.write_text("#define TUNEFW_TIMELINE 1\n" + source.read_text())
+    return root
+
+
+def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dict:
+    """One table entry: the timeline kernel verified against torch.mm, its chain captured plain
+    and programmatic, each replayed once into a cleared timeline, then all timed beside cuBLAS."""
+    import torch
+    from cuda.bindings import driver as cu
+
+    from hf_llama_steps import interleaved
+    from launch_gap_h200 import chain_operands
+    from pdl_check_h200 import captured
+    from tunefw.cuda import driver
+    from tunefw.cuda.compiler import compile_kernel
+    from tunefw.problem import GemmProblem
+    from tunefw.runtime.plan import Plan
+    from tunefw.templates import FAMILIES
+
+    template, m, n, k = FAMILIES[entry.family], entry.M, entry.N, entry.K
+    problem = GemmProblem(m, n, k, entry.dtype)
+    spec = driver.local_spec(0)
+    launch = template.launch(entry.config, problem, spec)
+    built = compile_kernel(template, entry.config, entry.dtype, spec.arch, cache_dir=cache,
+                           source_dir=sources)
+    if not built.ok:
+        return {"shape": f"{m}x{n}x{k}", "config": entry.config, "error": built.log[-400:]}
+    context = driver.primary_context(driver.device(0))
+    driver.set_current(context)
+    module, function = driver.load(built.cubin, built.lowered_name)
+    driver.configure(function, launch)
+    buf = driver.check(cu.cuModuleGetGlobal(module, b"tunefw_timeline"), "load", "timeline")
+    nxt = driver.check(cu.cuModuleGetGlobal(module, b"tunefw_timeline_next"), "load", "next")
+    plans = {pdl: Plan(template, entry, problem, launch, function, context,
+                       torch.device("cuda", 0), programmatic=pdl) for pdl in (False, True)}
+
+    x, weights = chain_operands(m, n, k, links)
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(links)]
+
+    def chain(pdl: bool):
+        plan = plans[pdl]
+        stream = torch.cuda.current_stream().cuda_stream
+        for w, c in zip(weights, outs):
+            plan.launch(plan.args(x.data_ptr(), w.data_ptr(), c.data_ptr()), stream, programmatic=pdl)
+        return outs[0]
+
+    chain(False)
+    ref = torch.mm(x, weights[0].t())
+    err = float((outs[0].float() - ref.float()).norm() / ref.float().norm())
+    graphs = {"cublas": captured(lambda: [torch.mm(x, w.t()) for w in weights])[0],
+              "plain": captured(lambda: chain(False))[0],
+              "programmatic": captured(lambda: chain(True))[0]}
+    row = {"shape": f"{m}x{n}x{k}", "config": entry.config, "grid": list(launch.grid),
+           "cluster": list(launch.cluster), "links": links, "rel_diff_vs_cublas": err}
+    grid = launch.grid[0] * launch.grid[1] * launch.grid[2]
+    for mode in ("plain", "programmatic"):
+        for _ in range(3):
+            graphs[mode].replay()
+        torch.cuda.synchronize()
+        driver.check(cu.cuMemsetD8(buf[0], 0, buf[1]), "run", "clear timeline")
+        driver.check(cu.cuMemsetD8(nxt[0], 0, nxt[1]), "run", "clear timeline slot")
+        graphs[mode].replay()
+        torch.cuda.synchronize()
+        raw = torch.empty(buf[1] // 8, dtype=torch.int64)
+        driver.check(cu.cuMemcpyDtoH(raw.data_ptr(), buf[0], buf[1]), "run", "read timeline")
+        per = [phases(group) for group in launches(records(raw.tolist(), links * grid), grid)]
+        row[mode] = chain_summary(per)
+    for mode in ("plain", "programmatic"):
+        timed = interleaved(graphs["cublas"].replay, graphs[mode].replay, rounds, 10, True)
+        row[mode]["gemm_us"] = round(timed["patched"]["median_ms"] * 1e3 / links, 3)
+        row[mode]["cublas_gemm_us"] = round(timed["stock"]["median_ms"] * 1e3 / links, 3)
+        row[mode]["ratio"] = round(timed["speedup"]["median"], 4)
+    driver.unload(module)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--table", type=Path, default=TABLE)
+    ap.add_argument("--shapes", default=SHAPES, help="MxNxK,... (wgmma_sm90 entries of the table)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per timing")
+    ap.add_argument("--commit")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+
+    import torch
+
+    import gpu_result
+    from hf_llama_h200 import smi
+    from profile_h200 import kernel_routes
+    from tunefw.evaluate.method import rotation_copies
+    from tunefw.runtime.dispatch import load
+
+    wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    entries = {(e.M, e.N, e.K): e for e in load(kernel_routes(args.table)).entries
+               if e.family == "wgmma_sm90" and e.config}
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+    tmp = Path(tempfile.mkdtemp())
+    sources = timeline_sources(tmp)
+    rows = []
+    for shape in wanted:
+        if shape not in entries:
+            print(f"{'x'.join(map(str, shape))}: no wgmma_sm90 entry in {args.table.name}")
+            continue
+        links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
+        rows.append(run_shape(entries[shape], sources, tmp / "cache", links, args.rounds))
+    report = {"script": "benchmarks/timeline_h200.py", "commit": gpu_result.commit(args.commit),
+              "gpu": torch.cuda.get_device_name(), "nvidia_smi": smi(), "torch": torch.__version__,
+              "table": str(args.table), "rounds": args.rounds, "events": EVENTS, "rows": rows}
+    out = gpu_result.out_path("timeline_h200.json", args.out)
+    out.write_text(json.dumps(report, indent=1))
+    print(f"{'shape':>15} {'mode':>5} {'gemm':>6} {'cuBLAS':>6} {'span':>6} {'gap':>6} {'ramp':>5} "
+          f"{'setup':>5} {'1stTMA':>6} {'1stdat':>6} {'main':>6} {'epi':>5} {'tail':>5}")
+    for r in rows:
+        for mode in ("plain", "programmatic"):
+            s = r.get(mode)
+            if not s:
+                print(f"{r['shape']:>15} {r.get('error', '')[:80]}")
+                break
+            print(f"{r['shape']:>15} {mode[:5]:>5} {s['gemm_us']:6.2f} {s['cublas_gemm_us']:6.2f} "
+                  f"{s['span_us']:6.2f} {s['gap_us'] or 0:6.2f} {s['ramp_us']:5.2f} "
+                  f"{s.get('setup_us', 0):5.2f} {s.get('to_first_tma_us', 0):6.2f} "
+                  f"{s.get('first_data_us', 0):6.2f} {s.get('mainloop_us', 0):6.2f} "
+                  f"{s.get('epilogue_us', 0):5.2f} {s['tail_us']:5.2f}")
+    print("->", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

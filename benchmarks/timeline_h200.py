@@ -121,7 +121,6 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
     """One table entry: the timeline kernel verified against torch.mm, its chain captured plain
     and programmatic, each replayed once into a cleared timeline, then all timed beside cuBLAS."""
     import torch
-    from cuda.bindings import driver as cu
 
     from hf_llama_steps import interleaved
     from launch_gap_h200 import chain_operands
@@ -144,8 +143,8 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
     driver.set_current(context)
     module, function = driver.load(built.cubin, built.lowered_name)
     driver.configure(function, launch)
-    buf = driver.check(cu.cuModuleGetGlobal(module, b"tunefw_timeline"), "load", "timeline")
-    nxt = driver.check(cu.cuModuleGetGlobal(module, b"tunefw_timeline_next"), "load", "next")
+    buf = driver.module_global(module, "tunefw_timeline")
+    nxt = driver.module_global(module, "tunefw_timeline_next")
     plans = {pdl: Plan(template, entry, problem, launch, function, context,
                        torch.device("cuda", 0), programmatic=pdl) for pdl in (False, True)}
 
@@ -172,13 +171,12 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
         for _ in range(3):
             graphs[mode].replay()
         torch.cuda.synchronize()
-        driver.check(cu.cuMemsetD8(buf[0], 0, buf[1]), "run", "clear timeline")
-        driver.check(cu.cuMemsetD8(nxt[0], 0, nxt[1]), "run", "clear timeline slot")
+        driver.zero_device(*buf)
+        driver.zero_device(*nxt)
         graphs[mode].replay()
         torch.cuda.synchronize()
-        raw = torch.empty(buf[1] // 8, dtype=torch.int64)
-        driver.check(cu.cuMemcpyDtoH(raw.data_ptr(), buf[0], buf[1]), "run", "read timeline")
-        per = [phases(group) for group in launches(records(raw.tolist(), links * grid), grid)]
+        raw = memoryview(driver.read_device(*buf)).cast("Q")
+        per = [phases(group) for group in launches(records(raw, links * grid), grid)]
         row[mode] = chain_summary(per)
     for mode in ("plain", "programmatic"):
         timed = interleaved(graphs["cublas"].replay, graphs[mode].replay, rounds, 10, True)

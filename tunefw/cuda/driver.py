@@ -6,6 +6,7 @@ kernel is loaded, configured and launched the same way when it is measured and w
 """
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
@@ -116,6 +117,25 @@ def load(cubin: bytes, lowered_name: str) -> tuple[Any, Any]:
 
 def unload(module: Any) -> None:
     cu.cuModuleUnload(module)
+
+
+def module_global(module: Any, name: str) -> tuple[int, int]:
+    """(device address, bytes) of a loaded module's ``extern "C" __device__`` variable."""
+    ptr, size = check(cu.cuModuleGetGlobal(module, name.encode()), "load", f"global {name}")
+    return int(ptr), int(size)
+
+
+def zero_device(ptr: int, nbytes: int) -> None:
+    """Set ``nbytes`` of device memory at ``ptr`` to zero (synchronous)."""
+    check(cu.cuMemsetD8(ptr, 0, nbytes), "run", f"clear {nbytes} bytes")
+
+
+def read_device(ptr: int, nbytes: int) -> bytes:
+    """``nbytes`` of device memory at ``ptr``, copied to the host (synchronous)."""
+    out = bytearray(nbytes)
+    host = (ctypes.c_char * nbytes).from_buffer(out)
+    check(cu.cuMemcpyDtoH(ctypes.addressof(host), ptr, nbytes), "run", f"read {nbytes} bytes")
+    return bytes(out)
 
 
 def configure(function: Any, launch: Launch) -> None:

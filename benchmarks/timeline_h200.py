@@ -173,6 +173,7 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
         torch.cuda.synchronize()
         driver.zero_device(*buf)
         driver.zero_device(*nxt)
+        torch.cuda.synchronize()
         graphs[mode].replay()
         torch.cuda.synchronize()
         raw = memoryview(driver.read_device(*buf)).cast("Q")

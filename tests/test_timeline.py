@@ -81,3 +81,20 @@ def test_only_the_timeline_build_carries_the_buffer(tmp_path):
                            source_dir=sources)
     assert tuned.ok and timed.ok
     assert b"tunefw_timeline" in timed.cubin and b"tunefw_timeline" not in tuned.cubin
+
+
+@pytest.mark.gpu
+def test_the_timeline_buffer_is_found_cleared_and_read_through_the_driver(tmp_path):
+    from tunefw.cuda import driver
+
+    template = FAMILIES["wgmma_sm90"]
+    built = compile_kernel(template, template.default_config(), "bf16", "sm_90a",
+                           cache_dir=tmp_path / "cache",
+                           source_dir=timeline.timeline_sources(tmp_path))
+    driver.set_current(driver.primary_context(driver.device(0)))
+    module, _ = driver.load(built.cubin, built.lowered_name)
+    ptr, size = driver.module_global(module, "tunefw_timeline")
+    assert size == timeline.CAPACITY * timeline.WORDS * 8
+    driver.zero_device(ptr, size)
+    assert driver.read_device(ptr, size) == bytes(size)
+    driver.unload(module)

@@ -208,7 +208,8 @@ def graph_rows(dispatcher, shapes: list[dict], first_seen: bool) -> list[dict]:
 def _env(commit: str | None) -> dict:
     import torch
 
-    from hf_llama_h200 import git_commit, smi
+    from gpu_result import smi
+    from hf_llama_h200 import git_commit
     from tunefw.runtime.dispatcher import live_spec
 
     spec = live_spec(0)

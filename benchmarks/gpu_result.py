@@ -29,6 +29,27 @@ def commit(given: str | None = None) -> str | None:
     return out.stdout.strip() or None
 
 
+def smi() -> dict:
+    """The GPU as nvidia-smi reports it now (clocks, power, temperature), or why not."""
+    fields = ("name,driver_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+              "temperature.gpu,power.draw,power.limit")
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)}
+    return dict(zip(fields.split(","), (v.strip() for v in out.splitlines()[0].split(","))))
+
+
+def report_header(script: str, given_commit: str | None = None) -> dict:
+    """The fields a torch GPU script's result file starts with: the script, the commit measured,
+    the GPU's name, nvidia-smi's reading now and torch's version."""
+    import torch
+
+    return {"script": script, "commit": commit(given_commit), "gpu": torch.cuda.get_device_name(),
+            "nvidia_smi": smi(), "torch": torch.__version__}
+
+
 def device(fingerprint: dict) -> dict:
     """The device keys of a worker's fingerprint (None where it has none)."""
     return {k: fingerprint.get(k) for k in DEVICE_KEYS}

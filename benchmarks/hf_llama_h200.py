@@ -41,6 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
+from gpu_result import smi  # noqa: E402
 from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
@@ -170,18 +171,6 @@ def run_case(name: str, make, stock, patched, rounded, dispatcher, rounds: tuple
     del g_stock, g_patched
     torch.cuda.empty_cache()
     return result
-
-
-def smi() -> dict:
-    """The GPU as nvidia-smi reports it now (clocks, power, temperature), or why not."""
-    fields = ("name,driver_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
-              "temperature.gpu,power.draw,power.limit")
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"error": str(exc)}
-    return dict(zip(fields.split(","), (v.strip() for v in out.splitlines()[0].split(","))))
 
 
 def git_commit() -> str | None:

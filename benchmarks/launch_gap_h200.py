@@ -100,7 +100,6 @@ def main() -> int:
 
     import gpu_result
     import tunefw
-    from hf_llama_h200 import smi
     from profile_h200 import kernel_routes
 
     table = kernel_routes(args.table)
@@ -108,8 +107,7 @@ def main() -> int:
     pdl = tunefw.Dispatcher(table, programmatic=True, guard=False)
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
     rows = [run_shape(s, plain, pdl, args.rounds, l2) for s in args.shapes.split(",") if s]
-    report = {"script": "benchmarks/launch_gap_h200.py", "commit": gpu_result.commit(args.commit),
-              "gpu": torch.cuda.get_device_name(), "nvidia_smi": smi(), "torch": torch.__version__,
+    report = {**gpu_result.report_header("benchmarks/launch_gap_h200.py", args.commit),
               "table": str(args.table), "rounds": args.rounds, "rows": rows}
     out = gpu_result.out_path("launch_gap_h200.json", args.out)
     out.write_text(json.dumps(report, indent=1))

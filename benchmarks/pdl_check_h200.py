@@ -30,7 +30,6 @@ import gpu_result  # noqa: E402
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
-from hf_llama_h200 import smi  # noqa: E402
 from hf_llama_steps import interleaved  # noqa: E402
 
 UP, DOWN = (14336, 4096), (4096, 14336)  # (N, K) of the chain's two links
@@ -177,8 +176,7 @@ def main() -> int:
     rows = [run_m(int(m), serial, pdl, args.repeats, args.rounds) for m in args.m.split(",")]
     ok = all(r["bitwise_eager"] and r["bitwise_graph"] and r["graph_equals_eager"]
              and r["rel_err_vs_fp32_chain"] < 1e-2 for r in rows)
-    report = {"script": "benchmarks/pdl_check_h200.py", "commit": gpu_result.commit(args.commit),
-              "gpu": torch.cuda.get_device_name(), "nvidia_smi": smi(), "torch": torch.__version__,
+    report = {**gpu_result.report_header("benchmarks/pdl_check_h200.py", args.commit),
               "chain": {"links": LINKS, "up": UP, "down": DOWN}, "rows": rows, "all_ok": ok}
     out = gpu_result.out_path("pdl_check_h200.json", args.out)
     out.write_text(json.dumps(report, indent=1))

@@ -158,17 +158,19 @@ def launch_blocks(rows: list[dict]) -> list[list[dict]]:
     after it. torch's and CUB's rows end a block, and a block without cuBLAS rows is dropped, so
     a CSV that also holds first-use checks (profiled from the start) parses as well."""
     blocks: list[list[dict]] = []
-    current: list[dict] = []
+    ours: list[dict] = []
+    theirs: list[dict] = []
     for r in rows + [{"Kernel Name": FRAMEWORK_KERNELS[0]}]:
         name = r["Kernel Name"]
-        ours = name.startswith(TUNEFW_KERNEL)
-        theirs_seen = any(not x["Kernel Name"].startswith(TUNEFW_KERNEL) for x in current)
-        if name.startswith(FRAMEWORK_KERNELS) or (ours and theirs_seen):
-            if theirs_seen and current[0]["Kernel Name"].startswith(TUNEFW_KERNEL):
-                blocks.append(current)
-            current = []
-        if not name.startswith(FRAMEWORK_KERNELS):
-            current.append(r)
+        mine = name.startswith(TUNEFW_KERNEL)
+        if name.startswith(FRAMEWORK_KERNELS) or (mine and theirs):
+            if ours and theirs:
+                blocks.append(ours + theirs)
+            ours, theirs = [], []
+        if mine:
+            ours.append(r)
+        elif not name.startswith(FRAMEWORK_KERNELS):
+            theirs.append(r)
     return blocks
 
 

@@ -200,7 +200,6 @@ def main() -> int:
     import torch
 
     import gpu_result
-    from hf_llama_h200 import smi
     from profile_h200 import kernel_routes
     from tunefw.evaluate.method import rotation_copies
     from tunefw.runtime.dispatch import load
@@ -218,8 +217,7 @@ def main() -> int:
             continue
         links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
         rows.append(run_shape(entries[shape], sources, tmp / "cache", links, args.rounds))
-    report = {"script": "benchmarks/timeline_h200.py", "commit": gpu_result.commit(args.commit),
-              "gpu": torch.cuda.get_device_name(), "nvidia_smi": smi(), "torch": torch.__version__,
+    report = {**gpu_result.report_header("benchmarks/timeline_h200.py", args.commit),
               "table": str(args.table), "rounds": args.rounds, "events": EVENTS, "rows": rows}
     out = gpu_result.out_path("timeline_h200.json", args.out)
     out.write_text(json.dumps(report, indent=1))

@@ -6,7 +6,6 @@ kernel is loaded, configured and launched the same way when it is measured and w
 """
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Any
 
@@ -133,8 +132,7 @@ def zero_device(ptr: int, nbytes: int) -> None:
 def read_device(ptr: int, nbytes: int) -> bytes:
     """``nbytes`` of device memory at ``ptr``, copied to the host (synchronous)."""
     out = bytearray(nbytes)
-    host = (ctypes.c_char * nbytes).from_buffer(out)
-    check(cu.cuMemcpyDtoH(ctypes.addressof(host), ptr, nbytes), "run", f"read {nbytes} bytes")
+    check(cu.cuMemcpyDtoH(out, ptr, nbytes), "run", f"read {nbytes} bytes")
     return bytes(out)
 
 

@@ -152,7 +152,8 @@ for name in "$@"; do
       step methodab 240 python3 benchmarks/method_ab_h200.py --commit "$TUNEFW_COMMIT" ;;
     midmprof) step midmprof 240 bash benchmarks/profile_midm.sh ;;
     launchgap) step launchgap 150 python3 benchmarks/launch_gap_h200.py --commit "$TUNEFW_COMMIT" ;;
-    timeline) step timeline 180 python3 benchmarks/timeline_h200.py --commit "$TUNEFW_COMMIT" ;;
+    timeline) step timeline 180 python3 benchmarks/timeline_h200.py --commit "$TUNEFW_COMMIT" \
+        ${TIMELINE_ARGS:-} ;;  # TIMELINE_ARGS: --variant / --override (word-split)
     sanitize5) step sanitize5 420 python3 benchmarks/sanitize_h200.py --family wgmma_sm90 \
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \

@@ -23,6 +23,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -106,15 +107,38 @@ def chain_summary(per_launch: list[dict]) -> dict:
     return out
 
 
-def timeline_sources(dst: Path) -> Path:
-    """A copy of kernel_templates/ whose wgmma_sm90.cuh defines TUNEFW_TIMELINE."""
+def timeline_sources(dst: Path, defines: Sequence[str] = ()) -> Path:
+    """A copy of kernel_templates/ whose wgmma_sm90.cuh defines TUNEFW_TIMELINE and ``defines``
+    (a source variant under test: NAME or NAME=VALUE each)."""
     from tunefw.templates.base import TEMPLATE_DIR
 
     root = dst / "kernel_templates"
     shutil.copytree(TEMPLATE_DIR, root)
     source = root / "wgmma_sm90.cuh"
-    source.write_text("#define TUNEFW_TIMELINE 1\n" + source.read_text())
+    head = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in ("TUNEFW_TIMELINE=1", *defines))
+    source.write_text(head + source.read_text())
     return root
+
+
+def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME=DEF1,DEF2`` (``base=``: the source as it is) -> (name, defines)."""
+    name, _, defs = text.partition("=")
+    if not name:
+        raise SystemExit(f"--variant {text!r}: expected NAME=DEFINE[,DEFINE...]")
+    return name, tuple(d for d in defs.split(",") if d)
+
+
+def parse_override(text: str) -> tuple[tuple[int, int, int], dict]:
+    """``MxNxK:KEY=VALUE,...`` -> (shape, knob values) to run beside that shape's table config."""
+    shape, _, knobs = text.partition(":")
+    try:
+        dims = tuple(int(v) for v in shape.split("x"))
+        pairs = dict(kv.split("=", 1) for kv in knobs.split(",") if kv)
+    except ValueError:
+        raise SystemExit(f"--override {text!r}: expected MxNxK:KNOB=VALUE[,KNOB=VALUE...]")
+    if len(dims) != 3 or not pairs:
+        raise SystemExit(f"--override {text!r}: expected MxNxK:KNOB=VALUE[,KNOB=VALUE...]")
+    return dims, {k: int(v) if v.lstrip("-").isdigit() else v for k, v in pairs.items()}
 
 
 def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dict:
@@ -188,11 +212,42 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
     return row
 
 
+def print_table(rows: list[dict]) -> None:
+    """One line per row and launch mode: times, ratio to cuBLAS, the median CTA's phases."""
+    print(f"{'variant':>10} {'shape':>15} {'mode':>5} {'gemm':>6} {'cuBLAS':>6} {'ratio':>6} "
+          f"{'span':>6} {'gap':>6} {'ramp':>5} {'setup':>5} {'1stTMA':>6} {'1stdat':>6} "
+          f"{'main':>6} {'epi':>5} {'tail':>5}")
+    for r in rows:
+        label = r["shape"] + ("*" if r["override"] else "")
+        for mode in ("plain", "programmatic"):
+            s = r.get(mode)
+            if not s:
+                print(f"{r['variant'][:10]:>10} {label:>15} {(r.get('error') or '')[:80]}")
+                break
+            print(f"{r['variant'][:10]:>10} {label:>15} {mode[:5]:>5} {s['gemm_us']:6.2f} "
+                  f"{s['cublas_gemm_us']:6.2f} {s['ratio']:6.3f} {s['span_us']:6.2f} "
+                  f"{s['gap_us'] or 0:6.2f} {s['ramp_us']:5.2f} {s.get('setup_us', 0):5.2f} "
+                  f"{s.get('to_first_tma_us', 0):6.2f} {s.get('first_data_us', 0):6.2f} "
+                  f"{s.get('mainloop_us', 0):6.2f} {s.get('epilogue_us', 0):5.2f} "
+                  f"{s['tail_us']:5.2f}")
+    for r in rows:
+        if r["override"]:
+            print(f"* {r['variant']} {r['shape']}: {r['override']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, default=TABLE)
     ap.add_argument("--shapes", default=SHAPES, help="MxNxK,... (wgmma_sm90 entries of the table)")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per timing")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=DEFINE[,DEFINE...]: the kernel source built with these defines "
+                         "too (repeatable; default: base=, the source as it is)")
+    ap.add_argument("--override", action="append", default=[],
+                    help="MxNxK:KNOB=VALUE,...: also run that shape's table config with these "
+                         "knobs changed (repeatable)")
+    ap.add_argument("--name", default="timeline_h200.json",
+                    help="result file name (in $OUT, else benchmarks/results/)")
     ap.add_argument("--commit")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -202,38 +257,45 @@ def main() -> int:
     import gpu_result
     from profile_h200 import kernel_routes
     from tunefw.evaluate.method import rotation_copies
+    from tunefw.cuda import driver
+    from tunefw.problem import GemmProblem
     from tunefw.runtime.dispatch import load
+    from tunefw.templates import FAMILIES
 
     wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     entries = {(e.M, e.N, e.K): e for e in load(kernel_routes(args.table)).entries
                if e.family == "wgmma_sm90" and e.config}
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+    variants = [parse_variant(v) for v in args.variant] or [("base", ())]
+    overrides = [parse_override(o) for o in args.override]
     tmp = Path(tempfile.mkdtemp())
-    sources = timeline_sources(tmp)
+    spec = driver.local_spec(0)
     rows = []
-    for shape in wanted:
-        if shape not in entries:
-            print(f"{'x'.join(map(str, shape))}: no wgmma_sm90 entry in {args.table.name}")
-            continue
-        links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
-        rows.append(run_shape(entries[shape], sources, tmp / "cache", links, args.rounds))
+    for name, defines in variants:
+        sources = timeline_sources(tmp / name, defines)
+        for shape in wanted:
+            if shape not in entries:
+                print(f"{'x'.join(map(str, shape))}: no wgmma_sm90 entry in {args.table.name}")
+                continue
+            links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
+            runs = [(entries[shape], None)]
+            for dims, knobs in overrides:
+                if dims == shape:
+                    changed = replace(entries[shape], config={**entries[shape].config, **knobs})
+                    runs.append((changed, knobs))
+            for entry, knobs in runs:
+                problem = GemmProblem(*shape, entry.dtype)
+                why = FAMILIES[entry.family].check(entry.config, problem, spec)
+                row = ({"shape": "x".join(map(str, shape)), "config": entry.config, "error": why}
+                       if why else run_shape(entry, sources, tmp / name / "cache", links,
+                                             args.rounds))
+                rows.append({"variant": name, "defines": list(defines), "override": knobs, **row})
     report = {**gpu_result.report_header("benchmarks/timeline_h200.py", args.commit),
-              "table": str(args.table), "rounds": args.rounds, "events": EVENTS, "rows": rows}
-    out = gpu_result.out_path("timeline_h200.json", args.out)
+              "table": str(args.table), "rounds": args.rounds, "events": EVENTS,
+              "variants": {name: list(defines) for name, defines in variants}, "rows": rows}
+    out = gpu_result.out_path(args.name, args.out)
     out.write_text(json.dumps(report, indent=1))
-    print(f"{'shape':>15} {'mode':>5} {'gemm':>6} {'cuBLAS':>6} {'span':>6} {'gap':>6} {'ramp':>5} "
-          f"{'setup':>5} {'1stTMA':>6} {'1stdat':>6} {'main':>6} {'epi':>5} {'tail':>5}")
-    for r in rows:
-        for mode in ("plain", "programmatic"):
-            s = r.get(mode)
-            if not s:
-                print(f"{r['shape']:>15} {r.get('error', '')[:80]}")
-                break
-            print(f"{r['shape']:>15} {mode[:5]:>5} {s['gemm_us']:6.2f} {s['cublas_gemm_us']:6.2f} "
-                  f"{s['span_us']:6.2f} {s['gap_us'] or 0:6.2f} {s['ramp_us']:5.2f} "
-                  f"{s.get('setup_us', 0):5.2f} {s.get('to_first_tma_us', 0):6.2f} "
-                  f"{s.get('first_data_us', 0):6.2f} {s.get('mainloop_us', 0):6.2f} "
-                  f"{s.get('epilogue_us', 0):5.2f} {s['tail_us']:5.2f}")
+    print_table(rows)
     print("->", out)
     return 0
 

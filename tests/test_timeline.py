@@ -83,6 +83,22 @@ def test_only_the_timeline_build_carries_the_buffer(tmp_path):
     assert b"tunefw_timeline" in timed.cubin and b"tunefw_timeline" not in tuned.cubin
 
 
+def test_a_variant_defines_its_switches_after_the_timeline_and_overrides_parse_to_knobs(tmp_path):
+    name, defines = timeline.parse_variant("light=TUNEFW_EXP_A,TUNEFW_EXP_B=2")
+    head = (timeline.timeline_sources(tmp_path, defines) / "wgmma_sm90.cuh").read_text()
+    assert (name, head.splitlines()[:3]) == ("light", ["#define TUNEFW_TIMELINE 1",
+                                                       "#define TUNEFW_EXP_A",
+                                                       "#define TUNEFW_EXP_B 2"])
+    assert timeline.parse_variant("base=") == ("base", ())
+    assert timeline.parse_override("64x4096x4096:BN=32,SCHEDULE=pingpong") == (
+        (64, 4096, 4096), {"BN": 32, "SCHEDULE": "pingpong"})
+    for bad in ("64x4096:BN=32", "64x4096x4096:", "64xAx4096:BN=32"):
+        with pytest.raises(SystemExit, match="expected MxNxK:KNOB=VALUE"):
+            timeline.parse_override(bad)
+    with pytest.raises(SystemExit, match="expected NAME=DEFINE"):
+        timeline.parse_variant("=TUNEFW_EXP_A")
+
+
 @pytest.mark.gpu
 def test_the_timeline_buffer_is_found_cleared_and_read_through_the_driver(tmp_path):
     from tunefw.cuda import driver

@@ -144,6 +144,15 @@ __device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
 
 // ---- fences -----------------------------------------------------------------------------------
 // Generic-proxy shared-memory writes -> visible to the async proxy (TMA store, wgmma).
+// Add to a global counter at GPU scope with acquire-release semantics and return the old value:
+// one thread's release publishes every write its CTA ordered before it with a barrier, and its
+// acquire makes the other CTAs' published writes visible to what the CTA does after the next one
+// (the serial split-K hand-off, with no per-thread fence).
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

@@ -36,7 +36,8 @@
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
 #                     dispatch_guard_h200.py; resumes from benchmarks/state/llama3_8b_state.tar.gz
-#                     (copy the new one there from the batch tar and force-add it after a call);
+#                     (copy the new one there from the batch tar and force-add it after a call;
+#                     LLAMATABLE_ARGS=--new-round in the first call after a re-pin);
 #                     from the pinned tree, like records (its confirmation resumes the study)
 #   membound3   (420) decode_probe.py: wgmma_sm90 at M = 129 (the 136-wide swap-AB tile) and
 #                     random valid configs on the edge shapes (the BN widths off a multiple of
@@ -73,6 +74,10 @@
 #                     phases (set-up, first TMA, first data, main loop, epilogue, exit) and the
 #                     gaps between kernels in graphed chains, plain and programmatic, beside
 #                     cuBLAS's chain: where the per-CTA 1.7 us and the chain deficit go
+#                     (TIMELINE_ARGS: source variants and knob overrides, --name)
+#   wgmmacheck  (240) wgmma_sm90_gpu_check.py --skip-perf: every kernel path and the split-K
+#                     hand-off verified on the edge shapes (two launches bit for bit) after a
+#                     wgmma_sm90 source change (CHECK_TAG names the result, default r5)
 #   sanitize5   (420) compute-sanitizer memcheck + racecheck on 4 split-K configs with 256-deep
 #                     stages (K tails past 2 and 4 stages: K = 520, 1032, 1040)
 # Locally: tar -xzf FILES_AT/batch.tar.gz -C /tmp/batch; copy the results into place.
@@ -135,7 +140,8 @@ for name in "$@"; do
     llamatable) step llamatable 560 bash benchmarks/pinned_tree.sh run benchmarks/model_table_h200.py \
         --study-file studies/llama3_8b.yaml --phases study,sweep,export,calibrate,guard \
         --resume "$PWD/benchmarks/state/llama3_8b_state.tar.gz" --gpus "$gpus" \
-        --budget-s $((BATCH_S - SECONDS - 40)) ;;  # the pinned tree: the study's method and sources
+        --budget-s $((BATCH_S - SECONDS - 40)) ${LLAMATABLE_ARGS:-} ;;  # the pinned tree: the
+        # study's method and sources; LLAMATABLE_ARGS=--new-round once after re-pinning
     membound3) step membound3 420 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
         --per-shape 0 --edge-configs 16 --m 129 --wgmma-membound --name membound3_probe ;;
     membound4) step membound4 540 python3 benchmarks/decode_probe.py --families wgmma_sm90 \
@@ -158,6 +164,8 @@ for name in "$@"; do
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \
         --out "$OUT/sanitize_wgmma_sm90_bk256_h200.json" ;;
+    wgmmacheck) step wgmmacheck 240 python3 benchmarks/wgmma_sm90_gpu_check.py --skip-perf \
+        --commit "$TUNEFW_COMMIT" --out "$OUT/wgmma_sm90_gpu_check_${CHECK_TAG:-r5}_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;
   esac
 done

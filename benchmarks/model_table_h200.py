@@ -81,6 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--phases", default=",".join(PHASES), help="the phases to run, in order")
     ap.add_argument("--redo", default="", help="done phases to run again (this run only: the "
                     "state it packs has them undone until they finish), e.g. hf,calibrate,guard")
+    ap.add_argument("--new-round", action="store_true",
+                    help="a kernel source or space changed since the sweep's trials: this run's "
+                    "launch starts a new round of the study (changed families re-measured) and "
+                    "the sweep and every later phase are redone (a later run resumes that round)")
     ap.add_argument("--out", type=Path, help="result folder (default: $OUT or benchmarks/results)")
     ap.add_argument("--commit", help="the commit measured (the device tree has no .git)")
     ap.add_argument("--plan", action="store_true", help="print the phases' commands and stop")
@@ -99,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown or not (names or empty_ok):
             ap.error(f"--{field}: expected some of {','.join(PHASES)} (not {','.join(unknown) or 'none'})")
         setattr(args, field, [p for p in PHASES if p in names])
+    if args.new_round:  # the new round's results replace the sweep's and all that follows it
+        later = PHASES[PHASES.index("sweep"):]
+        args.redo = [p for p in PHASES if p in args.redo or p in later]
     args.resume = args.resume or REPO / "benchmarks" / "state" / state_tar(args.study)
     args.state_dir = args.state_dir or Path("/tmp") / args.study
     return args
@@ -176,7 +183,8 @@ def commands(args: argparse.Namespace, state: State, time_limit: float) -> dict[
                         str(args.trials), "--timeout", f"{args.timeout:g}",
                         "--confirm-top", str(args.confirm_top)],
         "sweep": cli + ["launch", args.study, "--gpus", str(args.gpus), "--backend", args.backend,
-                        "--time-limit", str(int(time_limit))],
+                        "--time-limit", str(int(time_limit)),
+                        *(["--new-round"] if args.new_round else [])],
         "export": cli + ["export", str(state.table), "--study", args.study, "--min-ratio", "1.0"],
         "calibrate": cli + ["dispatch", "calibrate", str(state.table), "--shapes", str(state.shapes),
                             "--out", str(state.calibrated), "--cubin-dir", str(state.cubins)],

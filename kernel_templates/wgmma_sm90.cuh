@@ -346,21 +346,10 @@ __global__ void __launch_bounds__(384, 1)
       int it = 0;
       Work work(cid, ncl, cm_tiles * cn_tiles, k_iters);
       Unit u;
-      {  // the weight's boxes (B, A under swap-AB) of the first ring into L2 while the kernel
-         // before this one ends; every global access after the wait
-        Work first = work;
-#ifndef TUNEFW_EXP_NO_RING_PREFETCH
-        if (first.next(u)) {
-          int tm, tn;
-          cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
-          const int w_row = SWAP_AB ? tm * BM + ry * A_SLICE : tn * BN + rx * B_SLICE;
-          for (int kb = u.kb0; kb < u.kb1 && kb < u.kb0 + STAGES; ++kb)
-            for (int c = 0; c < KCH; ++c)
-              tma_prefetch_l2_2d(SWAP_AB ? (const void*)&tmap_a : (const void*)&tmap_b,
-                                 kb * BK + c * (SW / 2), w_row);
-        }
-#endif
-      }
+      // No L2 prefetch of the first ring before the wait: measured on the mid-M winners
+      // (timeline_variants_h200.json), the prefetch's boxes queued ahead of the ring's own loads
+      // of the same lines delay the first stage by ~0.8 us in a plain launch and gain nothing
+      // in a programmatic one.
       pdl_wait();
       while (work.next(u)) {
         int tm, tn;
@@ -557,28 +546,21 @@ __global__ void __launch_bounds__(384, 1)
             for (int j = 0; j < BN / 8; ++j)
               st_global_f4(mine + (size_t)(mi * (BN / 8) + j) * 512, acc[mi][4 * j],
                            acc[mi][4 * j + 1], acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-#ifndef TUNEFW_EXP_SPLITK_RELACQ
-        __threadfence();
-#endif
+        // Published by one acq_rel atomic after the barrier that orders every thread's partial
+        // stores before it (the release covers them, as the acquire of the last split covers
+        // its threads' loads after the next barrier): no fence in every thread on either side.
         const int bar_id = SCHEDULE == 0 ? 1 : 2 + cw;
         const int bar_n = SCHEDULE == 0 ? 256 : 128;
         const int slot = SCHEDULE == 0 ? 0 : cw;
         named_bar_sync(bar_id, bar_n);
         if (t == 0 && (SCHEDULE == 1 || cw == 0)) {
-#ifdef TUNEFW_EXP_SPLITK_RELACQ
           const int old = atom_add_acq_rel_gpu(counters + tile_id, 1);
-#else
-          const int old = atomicAdd(counters + tile_id, 1);
-#endif
           const int last = old == SPLIT_K - 1;
           if (last) counters[tile_id] = 0;  // ready for the next launch
           flags[slot] = last;
         }
         named_bar_sync(bar_id, bar_n);
         if (!flags[slot]) continue;
-#ifndef TUNEFW_EXP_SPLITK_RELACQ
-        __threadfence();
-#endif
         // One L2 round trip per split: its loads are issued together.
         auto add_partial = [&](int sp) {
           const float* src = parts + (size_t)sp * tile_floats;
@@ -632,11 +614,7 @@ __global__ void __launch_bounds__(384, 1)
                                                tile_row, tile_col, t, cw);
     }
     if (DEFER && pend_row >= 0) flush_pending();
-#ifdef TUNEFW_EXP_STORE_READ_WAIT
-    if (EPILOGUE != 0 && t == 0) bulk_wait_group_read<0>();
-#else
     if (EPILOGUE != 0 && t == 0) bulk_wait_group<0>();
-#endif
 #ifdef TUNEFW_TIMELINE
     if (cw == 0 && t == 0) {
       TL_MARK(6);

@@ -213,6 +213,17 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     assert [Path(c[1]).name for c in calls] == ["hf_llama_h200.py", "dispatch_guard_h200.py"]
     with pytest.raises(SystemExit):
         mt.parse_args(["--redo", "sweeps"])
+    calls.clear()  # --new-round: the launch starts a new round, the sweep and all after it redone
+    assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "f"), "--commit", "abc",
+                    "--budget-s", "600", "--new-round"]) == 0
+    launch = calls[0]
+    assert launch[launch.index("--db") + 2] == "launch" and launch[-1] == "--new-round"
+    assert [c[c.index("--db") + 2] if "--db" in c else Path(c[1]).name for c in calls[1:]] == [
+        "hf_llama_h200.py", "dispatch", "dispatch_guard_h200.py"]  # export is faked
+    calls.clear()  # a later run resumes that round: no second new round
+    assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "g"), "--commit", "abc",
+                    "--budget-s", "600", "--redo", "sweep"]) == 0
+    assert "--new-round" not in calls[0]
 
 
 def test_a_study_file_and_a_choice_of_phases():

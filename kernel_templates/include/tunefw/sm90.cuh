@@ -62,7 +62,8 @@ __device__ __forceinline__ int opaque(int v) {
 // weight either: tunefw.gemm's B can be any tensor, and an optimizer step writes a Linear's
 // weight right before the next forward. What it can do early is its prologue (barriers, the
 // tensor-map prefetch from the kernel's parameters) and prefetches into L2 (the weight's first
-// ring: tma_prefetch_l2_2d, bulk_prefetch_l2), which cannot see stale data. Launched without
+// boxes: tma_prefetch_l2_2d, bulk_prefetch_l2; wgmma_sm90 measured them a loss and has none),
+// which cannot see stale data. Launched without
 // that attribute (tuning, the guard's reference), pdl_wait() returns at once and the trigger has
 // no dependent.
 // Let the next kernel on the stream (if it was launched to depend programmatically) start its

@@ -17,7 +17,7 @@ from tunefw.outcome import Outcome, Status
 from tunefw.store import open_store
 from tunefw.store import queries as q
 from tunefw.study.spec import parse_study
-from tunefw.templates import get_family
+from tunefw.templates import config_key, get_family
 from tunefw.tune.pipeline import ProblemState
 from tunefw.tune.recorder import Row
 from tunefw.tune.search import ProblemSearch
@@ -186,3 +186,32 @@ def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
     optuna.create_study(study_name="s/p/r0", storage=db_url)  # not a name study s can own
     assert invoke_cli("study", "delete", "s", db=db_url).returncode == 0
     assert sorted(optuna.get_all_study_names(db_url)) == ["other/p/r0", "s/p/r0"]
+
+
+def test_a_new_round_starts_from_the_previous_rounds_best_configs(store):
+    """After a source change the previous round's best configs are asked first (best first,
+    one per config, failures never), so a new round cannot end up knowing less than the last."""
+    configs = [{**WGMMA.default_config(), "STAGES": st} for st in (3, 4, 5)]
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        row = study.problems[0]
+        assert q.previous_round_best(s, study, row, 3) == []  # round 0 has no round before it
+        for config, outcome in zip(configs, OUTCOMES):  # ratios 0.875, 1.2, a wrong answer
+            q.record_trial(s, study, row, "wgmma_sm90", config, config_key("wgmma_sm90", config), outcome,
+                           "src", None)
+        q.record_trial(s, study, row, "wgmma_sm90", configs[1], config_key("wgmma_sm90", configs[1]),
+                       OUTCOMES[1], "src", None)  # the same config again: asked once
+        study.round = 1
+        prior = q.previous_round_best(s, study, row, 3)
+        assert prior == [("wgmma_sm90", configs[1]), ("wgmma_sm90", configs[0])]
+        problem = q.as_problem(row)
+    search = ProblemSearch(optuna.storages.InMemoryStorage(), "s/r1", "tpe", 0,
+                           ["wgmma_sm90"], problem, H200, prior=prior)
+    asked = []
+    for _ in range(3):
+        prop = search.ask(set())
+        asked.append(prop.config)
+        search.tell(prop.trial, 1.0)
+    seeds = [c for c in WGMMA.seed_configs()
+             if WGMMA.check(c, problem, H200) is None and c not in configs]
+    assert asked == [configs[1], configs[0], seeds[0]]  # then the seeds not asked already

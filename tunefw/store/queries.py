@@ -176,6 +176,15 @@ def top_trials(s: Session, problem: Problem, round_: int, n: int) -> list[Trial]
     return out
 
 
+def previous_round_best(s: Session, study: Study, problem: Problem,
+                        n: int) -> list[tuple[str, dict]]:
+    """The (family, config) of the problem's n best configs in the round before the study's
+    current one (none in round 0): where a new round's search starts."""
+    if study.round == 0:
+        return []
+    return [(t.family, dict(t.config)) for t in top_trials(s, problem, study.round - 1, max(1, n))]
+
+
 def outcome_counts(s: Session, problem: Problem, round_: int) -> Counter:
     rows = s.execute(select(Trial.status, func.count()).where(
         Trial.problem_id == problem.id, Trial.round == round_).group_by(Trial.status))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Container, Iterator
+from typing import Any, Container, Iterator, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -58,8 +58,11 @@ class ProblemSearch:
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str, sampler: str,
                  seed: int, families: list[str], problem: GemmProblem,
                  device: DeviceSpec, mirror: "DurableMirror | None" = None,
-                 host: SamplerHost | None = None) -> None:
-        """``host``: run TPE in that sampler process (a sweep's driver does); else in-process."""
+                 host: SamplerHost | None = None,
+                 prior: Sequence[tuple[str, dict]] = ()) -> None:
+        """``host``: run TPE in that sampler process (a sweep's driver does); else in-process.
+        ``prior``: (family, config) pairs a fresh search asks before the seeds (a new round
+        starts from the previous round's best, so it never knows less than that round did)."""
         self.families = families
         self.mirror = mirror
         self.problem = problem
@@ -87,16 +90,18 @@ class ProblemSearch:
         self._order: Iterator[tuple[str, dict]] | None = None  # the valid space, as enumerated
         self.stall = 0
         if not stored and not self.enumerated:
-            self._enqueue_seeds()
+            self._enqueue_seeds(prior)
 
-    def _enqueue_seeds(self) -> None:
-        """A fresh search starts from each family's seed configs that can run this problem."""
-        for fam_name in self.families:
+    def _enqueue_seeds(self, prior: Sequence[tuple[str, dict]]) -> None:
+        """A fresh search starts from the prior configs, then each family's seed configs, that
+        can run this problem (in this search's families)."""
+        seeds = [(f, c) for f, c in prior if f in self.families]
+        seeds += [(f, c) for f in self.families for c in get_family(f).seed_configs()]
+        for fam_name, config in seeds:
             family = get_family(fam_name)
-            for config in family.seed_configs():
-                if family.check(config, self.problem, self.device) is None:
-                    self.study.enqueue_trial(params_for(family, config, self.families),
-                                             skip_if_exists=True)
+            if family.check(config, self.problem, self.device) is None:
+                self.study.enqueue_trial(params_for(family, config, self.families),
+                                         skip_if_exists=True)
 
     def _enqueue_next(self, known: Container[str]) -> bool:
         """Enumerated mode: enqueue the next config not yet known; False when none is left.

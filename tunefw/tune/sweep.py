@@ -239,13 +239,15 @@ class Sweep:
             study = s.get(Study, self.study_id)
             problems = list(study.problems)
             names = {p.id: optuna_study_name(study, p) for p in problems}
+            prior = {p.id: q.previous_round_best(s, study, p, self.spec.confirm_top)
+                     for p in problems}
         self.mirror = DurableMirror()
         states = {}
         for i, prow in enumerate(problems):
             host = self.sampler_hosts[i % len(self.sampler_hosts)] if self.sampler_hosts else None
             search = ProblemSearch(storage, names[prow.id], self.spec.sampler,
                                    self.spec.seed + prow.id, families, q.as_problem(prow),
-                                   device, self.mirror, host)
+                                   device, self.mirror, host, prior[prow.id])
             states[prow.id] = ProblemState(search=search, budget=self.spec.trials, row=prow)
             if replay is not None:  # the search proposes recorded configs only
                 states[prow.id].recorded = replay.recorded_keys(q.as_problem(prow))

@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         report = result(args, state, started, finished)
         (out / f"model_table_{args.study}_h200.json").write_text(
             json.dumps(report, indent=1, default=str) + "\n")
-        if state.calibrated.exists():  # every run brings the table back, for the results folder
+        # Every run brings its calibrated table back; one that a redone calibration has yet to
+        # replace is the last round's, and stays behind.
+        if state.done("calibrate") and state.calibrated.exists():
             shutil.copyfile(state.calibrated, out / table_result(args.study))
         print(f"wrote {pack(state.root, out, state_tar(args.study))}")
         print_table(report)

@@ -28,19 +28,22 @@ SCRIPT = "benchmarks/state_figures.py"
 
 
 def llama(db: str) -> dict:
-    """The llama3_8b study's trials, launch figures and per-problem best screened ratios."""
+    """The llama3_8b study's current round: its trials, launch figures and per-problem best
+    screened ratios (an earlier round's rows stay in the database, measured with other code)."""
     con = sqlite3.connect(db)
-    outcomes = dict(con.execute("SELECT status, count(*) FROM tunefw_trial GROUP BY status"))
-    (stats, fingerprint), = con.execute("SELECT stats, fingerprint FROM tunefw_study")
+    (stats, fingerprint, round_), = con.execute("SELECT stats, fingerprint, round FROM tunefw_study")
+    outcomes = dict(con.execute("SELECT status, count(*) FROM tunefw_trial WHERE round = ? "
+                                "GROUP BY status", (round_,)))
     best: dict[str, dict] = {}
     for key, family, ratio in con.execute(
             "SELECT p.key, t.family, max(t.tflops / t.cublas_tflops) FROM tunefw_trial t JOIN "
-            "tunefw_problem p ON p.id = t.problem_id WHERE t.status = 'OK' GROUP BY p.id, t.family"):
+            "tunefw_problem p ON p.id = t.problem_id WHERE t.status = 'OK' AND t.round = ? "
+            "GROUP BY p.id, t.family", (round_,)):
         best.setdefault(key, {})[family] = round(ratio, 4)
     confirmed = con.execute("SELECT count(*) FROM tunefw_winner WHERE confirmed").fetchone()[0]
     con.close()
     fp = json.loads(fingerprint or "{}")
-    return {"outcomes": outcomes, "last_launch": json.loads(stats or "{}"),
+    return {"round": round_, "outcomes": outcomes, "last_launch": json.loads(stats or "{}"),
             "device": {k: fp.get(k) for k in ("name", "driver", "method")},
             "confirmed_winners": confirmed, "best_screened_ratio": best}
 

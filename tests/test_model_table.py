@@ -224,6 +224,12 @@ def test_phases_stop_at_the_budget_and_resume_from_the_packed_state(tmp_path, mo
     assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "g"), "--commit", "abc",
                     "--budget-s", "600", "--redo", "sweep"]) == 0
     assert "--new-round" not in calls[0]
+    assert (out / "g" / mt.table_result("hf_llama3_8b")).exists()
+    # calibration to redo and no time for it: the last round's calibrated table stays behind
+    assert mt.main(["--state-dir", str(tmp_path / "c"), "--out", str(out / "h"), "--commit", "abc",
+                    "--budget-s", "100", "--redo", "calibrate"]) == 3
+    assert mt.State(tmp_path / "c").calibrated.exists()
+    assert not (out / "h" / mt.table_result("hf_llama3_8b")).exists()
 
 
 def test_a_study_file_and_a_choice_of_phases():

@@ -13,7 +13,10 @@ cuBLAS's chain in the same run.
 
     source benchmarks/device_setup.sh && python3 benchmarks/timeline_h200.py --commit SHA
 
-Writes $OUT/timeline_h200.json (else benchmarks/results/) and prints a table last.
+Source variants (--variant NAME=DEFINE,...: the family's source built with those defines too)
+and knob overrides (--override MxNxK:KNOB=VALUE,...) run beside the table's configs in the same
+run; --family times another family's entries (decode shapes: no phases, the chains only).
+Writes $OUT/timeline_h200.json (or --name; else benchmarks/results/) and prints a table last.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ EVENTS = ("entry", "setup", "first_tma", "last_tma", "first_stage", "mainloop_do
           "epilogue_done", "exit")
 WORDS = 18  # TUNEFW_TIMELINE_WORDS: 8 events x (globaltimer, clock64), id, units
 CAPACITY = 8192  # TUNEFW_TIMELINE_CTAS: slots in the buffer
+TIMELINED = {"wgmma_sm90"}  # families whose source records the timeline (others: times only)
 # (name, from event, to event): a CTA's phases, in microseconds
 PHASES = (("setup", "entry", "setup"), ("to_first_tma", "setup", "first_tma"),
           ("first_data", "first_tma", "first_stage"), ("mainloop", "first_stage", "mainloop_done"),
@@ -107,14 +111,15 @@ def chain_summary(per_launch: list[dict]) -> dict:
     return out
 
 
-def timeline_sources(dst: Path, defines: Sequence[str] = ()) -> Path:
-    """A copy of kernel_templates/ whose wgmma_sm90.cuh defines TUNEFW_TIMELINE and ``defines``
-    (a source variant under test: NAME or NAME=VALUE each)."""
+def timeline_sources(dst: Path, defines: Sequence[str] = (), family: str = "wgmma_sm90") -> Path:
+    """A copy of kernel_templates/ whose source of ``family`` defines TUNEFW_TIMELINE and
+    ``defines`` (a source variant under test: NAME or NAME=VALUE each)."""
+    from tunefw.templates import FAMILIES
     from tunefw.templates.base import TEMPLATE_DIR
 
     root = dst / "kernel_templates"
     shutil.copytree(TEMPLATE_DIR, root)
-    source = root / "wgmma_sm90.cuh"
+    source = root / FAMILIES[family].source
     head = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in ("TUNEFW_TIMELINE=1", *defines))
     source.write_text(head + source.read_text())
     return root
@@ -142,8 +147,9 @@ def parse_override(text: str) -> tuple[tuple[int, int, int], dict]:
 
 
 def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dict:
-    """One table entry: the timeline kernel verified against torch.mm, its chain captured plain
-    and programmatic, each replayed once into a cleared timeline, then all timed beside cuBLAS."""
+    """One table entry: the kernel verified against torch.mm, its chain captured plain and
+    programmatic, each replayed once into a cleared timeline (a family that records one: see
+    TIMELINED), then all timed beside cuBLAS."""
     import torch
 
     from hf_llama_steps import interleaved
@@ -167,8 +173,10 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
     driver.set_current(context)
     module, function = driver.load(built.cubin, built.lowered_name)
     driver.configure(function, launch)
-    buf = driver.module_global(module, "tunefw_timeline")
-    nxt = driver.module_global(module, "tunefw_timeline_next")
+    timed = entry.family in TIMELINED
+    if timed:
+        buf = driver.module_global(module, "tunefw_timeline")
+        nxt = driver.module_global(module, "tunefw_timeline_next")
     plans = {pdl: Plan(template, entry, problem, launch, function, context,
                        torch.device("cuda", 0), programmatic=pdl) for pdl in (False, True)}
 
@@ -192,6 +200,9 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
            "cluster": list(launch.cluster), "links": links, "rel_diff_vs_cublas": err}
     grid = launch.grid[0] * launch.grid[1] * launch.grid[2]
     for mode in ("plain", "programmatic"):
+        row[mode] = {}
+        if not timed:
+            continue
         for _ in range(3):
             graphs[mode].replay()
         torch.cuda.synchronize()
@@ -204,10 +215,10 @@ def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dic
         per = [phases(group) for group in launches(records(raw, links * grid), grid)]
         row[mode] = chain_summary(per)
     for mode in ("plain", "programmatic"):
-        timed = interleaved(graphs["cublas"].replay, graphs[mode].replay, rounds, 10, True)
-        row[mode]["gemm_us"] = round(timed["patched"]["median_ms"] * 1e3 / links, 3)
-        row[mode]["cublas_gemm_us"] = round(timed["stock"]["median_ms"] * 1e3 / links, 3)
-        row[mode]["ratio"] = round(timed["speedup"]["median"], 4)
+        pair = interleaved(graphs["cublas"].replay, graphs[mode].replay, rounds, 10, True)
+        row[mode]["gemm_us"] = round(pair["patched"]["median_ms"] * 1e3 / links, 3)
+        row[mode]["cublas_gemm_us"] = round(pair["stock"]["median_ms"] * 1e3 / links, 3)
+        row[mode]["ratio"] = round(pair["speedup"]["median"], 4)
     driver.unload(module)
     return row
 
@@ -225,11 +236,12 @@ def print_table(rows: list[dict]) -> None:
                 print(f"{r['variant'][:10]:>10} {label:>15} {(r.get('error') or '')[:80]}")
                 break
             print(f"{r['variant'][:10]:>10} {label:>15} {mode[:5]:>5} {s['gemm_us']:6.2f} "
-                  f"{s['cublas_gemm_us']:6.2f} {s['ratio']:6.3f} {s['span_us']:6.2f} "
-                  f"{s['gap_us'] or 0:6.2f} {s['ramp_us']:5.2f} {s.get('setup_us', 0):5.2f} "
+                  f"{s['cublas_gemm_us']:6.2f} {s['ratio']:6.3f} {s.get('span_us', 0):6.2f} "
+                  f"{s.get('gap_us') or 0:6.2f} {s.get('ramp_us', 0):5.2f} "
+                  f"{s.get('setup_us', 0):5.2f} "
                   f"{s.get('to_first_tma_us', 0):6.2f} {s.get('first_data_us', 0):6.2f} "
                   f"{s.get('mainloop_us', 0):6.2f} {s.get('epilogue_us', 0):5.2f} "
-                  f"{s['tail_us']:5.2f}")
+                  f"{s.get('tail_us', 0):5.2f}")
     for r in rows:
         if r["override"]:
             print(f"* {r['variant']} {r['shape']}: {r['override']}")
@@ -238,7 +250,10 @@ def print_table(rows: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, default=TABLE)
-    ap.add_argument("--shapes", default=SHAPES, help="MxNxK,... (wgmma_sm90 entries of the table)")
+    ap.add_argument("--family", default="wgmma_sm90",
+                    help="the table entries of this family (phases where it records them)")
+    ap.add_argument("--shapes", help=f"MxNxK,... of its entries (default: wgmma_sm90's {SHAPES}; "
+                    "another family's: all of them)")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds per timing")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=DEFINE[,DEFINE...]: the kernel source built with these defines "
@@ -262,9 +277,11 @@ def main() -> int:
     from tunefw.runtime.dispatch import load
     from tunefw.templates import FAMILIES
 
-    wanted = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     entries = {(e.M, e.N, e.K): e for e in load(kernel_routes(args.table)).entries
-               if e.family == "wgmma_sm90" and e.config}
+               if e.family == args.family and e.config}
+    shapes = args.shapes or (SHAPES if args.family == "wgmma_sm90" else
+                             ",".join("x".join(map(str, k)) for k in sorted(entries)))
+    wanted = [tuple(int(v) for v in s.split("x")) for s in shapes.split(",") if s]
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
     variants = [parse_variant(v) for v in args.variant] or [("base", ())]
     overrides = [parse_override(o) for o in args.override]
@@ -272,10 +289,10 @@ def main() -> int:
     spec = driver.local_spec(0)
     rows = []
     for name, defines in variants:
-        sources = timeline_sources(tmp / name, defines)
+        sources = timeline_sources(tmp / name, defines, args.family)
         for shape in wanted:
             if shape not in entries:
-                print(f"{'x'.join(map(str, shape))}: no wgmma_sm90 entry in {args.table.name}")
+                print(f"{'x'.join(map(str, shape))}: no {args.family} entry in {args.table.name}")
                 continue
             links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
             runs = [(entries[shape], None)]
@@ -291,7 +308,8 @@ def main() -> int:
                                              args.rounds))
                 rows.append({"variant": name, "defines": list(defines), "override": knobs, **row})
     report = {**gpu_result.report_header("benchmarks/timeline_h200.py", args.commit),
-              "table": str(args.table), "rounds": args.rounds, "events": EVENTS,
+              "table": str(args.table), "family": args.family, "rounds": args.rounds,
+              "events": EVENTS,
               "variants": {name: list(defines) for name, defines in variants}, "rows": rows}
     out = gpu_result.out_path(args.name, args.out)
     out.write_text(json.dumps(report, indent=1))

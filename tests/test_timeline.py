@@ -90,6 +90,9 @@ def test_a_variant_defines_its_switches_after_the_timeline_and_overrides_parse_t
                                                        "#define TUNEFW_EXP_A",
                                                        "#define TUNEFW_EXP_B 2"])
     assert timeline.parse_variant("base=") == ("base", ())
+    other = timeline.timeline_sources(tmp_path / "stream", ("TUNEFW_EXP_A",), "stream_sm90")
+    assert (other / "stream_sm90.cuh").read_text().splitlines()[1] == "#define TUNEFW_EXP_A"
+    assert not (other / "wgmma_sm90.cuh").read_text().startswith("#define")
     assert timeline.parse_override("64x4096x4096:BN=32,SCHEDULE=pingpong") == (
         (64, 4096, 4096), {"BN": 32, "SCHEDULE": "pingpong"})
     for bad in ("64x4096:BN=32", "64x4096x4096:", "64xAx4096:BN=32"):

@@ -92,12 +92,20 @@ def test_export_sweep_cli_and_errors(tmp_path):
 
 
 def test_committed_sweeps_are_small_and_labelled():
+    """The decode and edge-shape subsets (anchored-2) and issue 17's records (anchored-3: per
+    shape a 2000-config uniform sample and three 160-trial TPE runs), a few MB in all."""
     files = sorted(SWEEPS.rglob("*.jsonl.gz"))
-    assert len(files) == 47 and sum(f.stat().st_size for f in files) < 3_000_000
+    assert len(files) == 67 and sum(f.stat().st_size for f in files) < 3_000_000
+    records = [f for f in files if f.parent.parent.name == "wgmma_sm90_h200"]
+    assert len(records) == 20
     for f in files:
         h = read_sweep(f).header
-        assert h["method"] == "anchored-2" and h["fingerprint"]["name"] == "NVIDIA H200"
-        assert h["coverage"]["distinct_measured"] in (40, 48)
+        assert h["fingerprint"]["name"] == "NVIDIA H200"
+        if f in records:
+            assert h["method"] == "anchored-3"
+            assert h["coverage"]["distinct_measured"] == (2000 if f.parent.name == "uniform" else 160)
+        else:
+            assert h["method"] == "anchored-2" and h["coverage"]["distinct_measured"] in (40, 48)
 
 
 def test_parse_backend():

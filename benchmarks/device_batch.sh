@@ -6,6 +6,9 @@
 #
 #   export TUNEFW_COMMIT=SHA; bash benchmarks/device_batch.sh l2reuse plancache modeltable
 #
+# Tree + .whl must stay under 64 MiB: `bash benchmarks/device_aside.sh aside` before the call
+# (and `back` after) moves out tracked files no step reads.
+#
 # Steps (seconds allowed):
 #   streambw    (120) benchmarks/micro/stream_bw.cu via stream_micro_h200.py (every read variant
 #                     timed back to back and as a CUDA graph: the launch ceiling's fit; build it

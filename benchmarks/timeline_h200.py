@@ -146,6 +146,14 @@ def parse_override(text: str) -> tuple[tuple[int, int, int], dict]:
     return dims, {k: int(v) if v.lstrip("-").isdigit() else v for k, v in pairs.items()}
 
 
+def with_overrides(entry, shape: tuple[int, int, int],
+                   overrides: Sequence[tuple[tuple[int, int, int], dict]]) -> list[tuple]:
+    """The table entry (knobs None) and, for each override of its shape, the entry with those
+    knobs changed (knobs: the override)."""
+    return [(entry, None)] + [(replace(entry, config={**entry.config, **knobs}), knobs)
+                              for dims, knobs in overrides if dims == shape]
+
+
 def run_shape(entry, sources: Path, cache: Path, links: int, rounds: int) -> dict:
     """One table entry: the kernel verified against torch.mm, its chain captured plain and
     programmatic, each replayed once into a cleared timeline (a family that records one: see
@@ -295,12 +303,7 @@ def main() -> int:
                 print(f"{'x'.join(map(str, shape))}: no {args.family} entry in {args.table.name}")
                 continue
             links = max(8, rotation_copies(2 * shape[1] * shape[2], l2))
-            runs = [(entries[shape], None)]
-            for dims, knobs in overrides:
-                if dims == shape:
-                    changed = replace(entries[shape], config={**entries[shape].config, **knobs})
-                    runs.append((changed, knobs))
-            for entry, knobs in runs:
+            for entry, knobs in with_overrides(entries[shape], shape, overrides):
                 problem = GemmProblem(*shape, entry.dtype)
                 why = FAMILIES[entry.family].check(entry.config, problem, spec)
                 row = ({"shape": "x".join(map(str, shape)), "config": entry.config, "error": why}

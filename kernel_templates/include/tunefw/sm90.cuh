@@ -61,11 +61,11 @@ __device__ __forceinline__ int opaque(int v) {
 // can overlap more than one): before pdl_wait() it must touch no global memory at all. Not the
 // weight either: tunefw.gemm's B can be any tensor, and an optimizer step writes a Linear's
 // weight right before the next forward. What it can do early is its prologue (barriers, the
-// tensor-map prefetch from the kernel's parameters) and prefetches into L2 (the weight's first
-// boxes: tma_prefetch_l2_2d, bulk_prefetch_l2; wgmma_sm90 measured them a loss and has none),
-// which cannot see stale data. Launched without
-// that attribute (tuning, the guard's reference), pdl_wait() returns at once and the trigger has
-// no dependent.
+// tensor-map prefetch from the kernel's parameters). An L2 prefetch of the weight's first ring
+// would be safe too, but every sm90 family measured it a loss (its boxes queue ahead of the
+// ring's own loads: timeline_variants_h200.json, timeline_stream_pf_h200.json), so none has one.
+// Launched without that attribute (tuning, the guard's reference), pdl_wait() returns at once
+// and the trigger has no dependent.
 // Let the next kernel on the stream (if it was launched to depend programmatically) start its
 // own prologue as SMs free up: issued by every thread of every CTA early, as the next kernel
 // reads nothing before its own pdl_wait(), which waits for this kernel to finish.
@@ -161,19 +161,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // ---- TMA (cp.async.bulk.tensor) -------------------------------------------------------------
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(tmap)) : "memory");
-}
-// 2D tile global -> L2 only (no shared memory, no barrier). Safe before pdl_wait(): L2 is where
-// every write lands, so a line fetched early is updated by a later write, never left stale.
-__device__ __forceinline__ void tma_prefetch_l2_2d(const void* tmap, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<u64>(tmap)), "r"(c0), "r"(c1)
-               : "memory");
-}
-// `bytes` (a multiple of 16) from `src` into L2 only; safe before pdl_wait() as above.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, u32 bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<u64>(src)),
-               "r"(bytes)
-               : "memory");
 }
 // 2D tile load global -> shared, completing `bar` with the bytes it wrote.
 __device__ __forceinline__ void tma_load_2d(u32 dst, const void* tmap, int c0, int c1, u32 bar) {

@@ -4,7 +4,8 @@ and patched-with-every-route-cuBLAS steps of the same model (hf_llama_h200.py's 
 hf_llama_h200.json has the patched model eagerly 0.94x stock at prefill 512 (1.7 ms a step, every
 round alike) while each of its GEMMs enqueues faster than nn.Linear and the graphed step is
 1.03x: the profile says which ops (host time, self CPU) and which kernels (GPU time) differ.
-The third model (a table with no entries: tunefw.Linear over cuBLAS everywhere) separates the
+A deep copy of the stock model, unpatched, says what the copy alone changes (the patched models
+are copies of the stock one). The last model (a table with no entries: tunefw.Linear over cuBLAS everywhere) separates the
 wrapper's cost from the kernels'. Each patched model's steps make its own table the process-wide
 one (tunefw::gemm serves one table a process; the first run, at 3197beb, patched both models
 before timing, so both served the empty table: its "patched" rows are the wrapper over cuBLAS).
@@ -98,9 +99,12 @@ def main() -> int:
     _count_builds()
     stock = build_model(dict(LLAMA3_8B), args.layers, dev)
     table = load(args.table)
-    models = {"stock": stock, "patched": twin(stock), "patched_cublas": twin(stock)}
+    # stock_twin: the copy hf_llama_h200.py patches, unpatched (what copying alone costs)
+    models = {"stock": stock, "stock_twin": twin(stock), "patched": twin(stock),
+              "patched_cublas": twin(stock)}
     # tunefw::gemm serves one process-wide table: each patched model's steps make theirs current
-    tables = {"stock": None, "patched": tunefw.Dispatcher(table, cubin_dir=args.cubins),
+    tables = {"stock": None, "stock_twin": None,
+              "patched": tunefw.Dispatcher(table, cubin_dir=args.cubins),
               "patched_cublas": tunefw.Dispatcher(dataclasses.replace(table, entries=[],
                                                                       evidence=[]))}
     for name in ("patched", "patched_cublas"):

@@ -129,6 +129,38 @@ def test_exact_entries_measured_shapes_and_a_disabled_guard_are_not_timed(tmp_pa
     assert not _dispatcher(tmp_path, timer)._guard.enabled
 
 
+def _thin_table():
+    """The test table with its M=2048 entry confirmed at 660 / 650 = 1.015x cuBLAS."""
+    table = _table()
+    entries = [dataclasses.replace(e, tflops=660.0) if e.M == 2048 else e for e in table.entries]
+    return dataclasses.replace(table, entries=entries)
+
+
+def test_a_thin_exact_win_is_timed_before_it_is_trusted(tmp_path, monkeypatch):
+    assert guard.THIN_RATIO > 660.0 / 650.0 and 700.0 / 650.0 > guard.THIN_RATIO
+    slower = FakeTimer(kernel_ms=2.0, cublas_ms=1.9)
+    d = _dispatcher(tmp_path, slower, table=_thin_table())
+    assert d.route(2048, 4096, 4096, "bf16").path == "exact"
+    kept, plan = _first_call(d, 2048)
+    assert kept is None and plan.ran == 1 and slower.calls == 1
+    assert d.explain(2048, 4096, 4096) == (
+        "2048x4096x4096 bf16: cublas: first-call guard measured 0.950x cuBLAS on this shape for "
+        "the exact entry 2048x4096x4096: cuBLAS is faster")
+    assert d.route(128, 4096, 4096, "bf16").path == "exact"  # 1.077x: not thin, never timed
+    assert _first_call(d, 128)[0] is not None and slower.calls == 1
+    faster = FakeTimer(kernel_ms=1.0, cublas_ms=1.1)
+    kept_d = _dispatcher(tmp_path / "other", faster, table=_thin_table())
+    assert _first_call(kept_d, 2048)[0] is not None and faster.calls == 1
+    route = kept_d.route(2048, 4096, 4096, "bf16")
+    assert (route.path, route.entry.M, route.ratio) == ("guarded", 2048, 1.1)
+    monkeypatch.setattr(guard, "capturing", lambda: True)  # first seen in capture: the entry
+    untimed = FakeTimer(2.0, 1.0)
+    captured = _dispatcher(tmp_path / "capture", untimed, table=_thin_table())
+    kept, plan = _first_call(captured, 2048)
+    assert kept is not None and untimed.calls == 0
+    assert captured.route(2048, 4096, 4096, "bf16").path == "exact"
+
+
 def test_broken_or_unwritable_cache_files_cost_only_a_measurement(tmp_path):
     (tmp_path / "guard.json").write_text("{not json")
     d = _dispatcher(tmp_path, FakeTimer(2.0, 1.0))

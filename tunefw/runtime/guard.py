@@ -1,8 +1,9 @@
-"""The first-call guard: a non-exact route is timed against cuBLAS before it is trusted.
+"""The first-call guard: a non-exact route (or a thin exact win) is timed against cuBLAS before
+it is trusted.
 
-The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves, or
-that calibration left unproven (evidence on one side of its M only: cuBLAS until measured),
-times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
+The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves, that
+calibration left unproven (evidence on one side of its M only: cuBLAS until measured), or whose
+own entry beat cuBLAS by less than THIN_RATIO when it was confirmed, times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
 3 ms of GPU time: see cuda_timer) and keeps the faster. The decision is remembered for the
 process and in a small persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint
 and the shape, so a changed table or another GPU never reuses it. Under CUDA-graph capture or
@@ -34,6 +35,11 @@ MAX_DECISIONS = 100000
 ENV = "TUNEFW_GUARD"
 MAX_PAIRS = 10
 GUARDED = ("bucket", "nearest", "calibrated", "unproven")  # the paths the guard times
+# An exact entry confirmed below this ratio to cuBLAS is timed too: a win of a few percent is
+# within the spread of cuBLAS's own time between runs (the H200 served llama3_8b's exact decode
+# entries confirmed at 1.016-1.035x at 0.968-1.002x in another run, dispatch_guard_h200.json;
+# none confirmed at 1.05x or more fell below 1.0).
+THIN_RATIO = 1.05
 
 
 @dataclass(frozen=True)
@@ -202,11 +208,16 @@ class Guard:
         return self._timers[index]
 
     def applies(self, route, problem) -> bool:
-        """Whether the route needs the guard: a non-exact rule's kernel (serving, or unproven and
-        cuBLAS until measured) with no measurement of this very shape."""
+        """Whether the route needs the guard: an exact entry confirmed below THIN_RATIO, or a
+        non-exact rule's kernel (serving, or unproven and cuBLAS until measured) with no
+        measurement of this very shape."""
         from tunefw.runtime.rules import evidence_for
 
-        if not self.enabled or route.donor is None or route.path not in GUARDED:
+        if not self.enabled or route.donor is None:
+            return False
+        if route.path == "exact":  # a thin win: measured again on this GPU before it is trusted
+            return route.ratio is not None and route.ratio < THIN_RATIO
+        if route.path not in GUARDED:
             return False
         points = evidence_for(self.table, route.donor, problem)
         return not (len(points) == 1 and points[0].M == problem.M)

@@ -7,7 +7,9 @@ matters to the ratio: lm_head (1 GB, read by cuBLAS at the HBM roofline already)
 64 (one new token over a static KV cache of 512 past tokens) and prefill of 512 and 2048 tokens
 (batch 1, last-token logits). Each case runs eagerly and as a captured CUDA graph (the decode step
 is captured as serving captures it: static cache, static inputs), stock and patched timed in the
-same run, alternately, ``--rounds`` times. Also: the logits' relative error patched vs stock (and
+same run, alternately, ``--rounds`` times; eagerly also stock against an unpatched copy of it
+(an A/A: the eager step is host-bound, and models doing the same work have measured a few
+percent apart, hf_eager_profile_h200.json). Also: the logits' relative error patched vs stock (and
 both vs a twin whose GEMMs are exact to bf16 rounding), at this depth and on a model of the issue's
 2 layers (``--logits-layers``), where the 1e-2 bar is judged: 32 random layers amplify any GEMM's
 rounding to a few percent; the
@@ -140,10 +142,12 @@ def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inp
 
 
 def run_case(name: str, make, stock, patched, rounded, dispatcher, rounds: tuple[int, int],
-             calls: int, cuda: bool) -> dict:
+             calls: int, cuda: bool, copy=None) -> dict:
     """One case: warm-up, routes, eager timing and error, then the same as CUDA graphs
     (``rounds``: eager's, graphs'). The logits are also compared with the ``rounded`` twin's
-    (every GEMM exact to bf16 rounding): how far stock's cuBLAS and the patch each move them."""
+    (every GEMM exact to bf16 rounding): how far stock's cuBLAS and the patch each move them.
+    ``copy`` (an unpatched copy of stock, like the patched one): stock against it eagerly, the
+    same way (``eager_aa``): how far two models doing the same work measure apart here."""
     s_step, p_step = make(stock), make(patched)
     for _ in range(3):  # the patched model's first calls build its kernels and run the guard
         s_step(), p_step()
@@ -157,6 +161,11 @@ def run_case(name: str, make, stock, patched, rounded, dispatcher, rounds: tuple
                        "logits_vs_rounded": {"stock": rel_error(ref, exact),
                                              "patched": rel_error(out, exact)}}
     del exact
+    if copy is not None:
+        c_step = make(copy)
+        c_step()
+        result["eager_aa"] = {k: v for k, v in interleaved(s_step, c_step, rounds[0], calls,
+                                                           cuda).items() if k != "raw_host_ms"}
     if not cuda:
         result["graph"] = {"skipped": "no CUDA: nothing to capture"}
         return result
@@ -293,8 +302,11 @@ def summarize(report: dict) -> dict:
                        if v["tunefw.Linear"]["enqueue_us"] > v["nn.Linear"]["enqueue_us"])
     dearer = sorted(k for k in by_median if "enqueue_pairs_us" not in host[k]
                     or dearer_beyond_noise(host[k]["enqueue_pairs_us"]))
+    aa = {c["case"]: c["eager_aa"]["speedup"]["median"] for c in timed if "eager_aa" in c}
     points = {
-        "eager_never_slower": bar(speedups(timed, "eager"), EAGER_MIN),
+        # beside the bar: an unpatched copy against stock, the same way (the eager step is
+        # host-bound, and two models doing the same work have measured a few percent apart)
+        "eager_never_slower": {**bar(speedups(timed, "eager"), EAGER_MIN), "copy_vs_stock": aa},
         "graph_decode": bar(speedups(graphed, "graph", "decode"), GRAPH_DECODE_MIN),
         "graph_prefill": bar(speedups(graphed, "graph", "prefill"), GRAPH_PREFILL_MIN),
         "logits": logits_point(report, errors, twin),
@@ -321,6 +333,8 @@ def main() -> int:
                     help="start no new case after this many seconds (the rest are marked skipped)")
     ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD)")
     ap.add_argument("--out", type=Path, help="result file (default: $OUT or benchmarks/results)")
+    ap.add_argument("--no-aa", action="store_true",
+                    help="skip the eager A/A (stock against an unpatched copy of it)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny model on the CPU, to check the script (not a result)")
     args = ap.parse_args()
@@ -340,6 +354,7 @@ def main() -> int:
 
     stock = build_model(sizes, layers, dev)
     patched, rounded = twin(stock), rounded_twin(stock)
+    copy = None if args.no_aa else twin(stock)
     torch.backends.cuda.matmul.allow_tf32 = False  # the rounded twin's float32 GEMMs: no TF32
     dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
     patch = tunefw.patch(patched, dispatcher)
@@ -370,7 +385,7 @@ def main() -> int:
                 return Decode(m, stock, size, past, gen) if kind == "decode" else Prefill(m, size, gen)
             calls = SMOKE["calls"] if args.cpu_smoke else calls_per_round(kind, size, layers)
             report["cases"].append(run_case(label, make, stock, patched, rounded, dispatcher,
-                                                 (eager_rounds, rounds), calls, cuda))
+                                                 (eager_rounds, rounds), calls, cuda, copy))
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
         report["logits_at_depth"] = logits_at_depth(sizes, args.logits_layers, dev, dispatcher,

@@ -142,6 +142,9 @@ def test_the_summary_judges_each_bar_and_names_what_misses_it():
                                        "tunefw.Linear": {"enqueue_us": 22.0}}}}
     s = bench.summarize(report)
     assert (s["eager_never_slower"]["ok"], s["eager_never_slower"]["below"]) == (False, ["decode b=16"])
+    assert s["eager_never_slower"]["copy_vs_stock"] == {}  # no A/A run: nothing beside the bar
+    report["cases"][1]["eager_aa"] = {"speedup": {"median": 1.02}}
+    assert bench.summarize(report)["eager_never_slower"]["copy_vs_stock"] == {"decode b=16": 1.02}
     assert (s["graph_decode"]["ok"], s["graph_decode"]["below"]) == (False, ["decode b=16"])
     assert s["graph_prefill"]["ok"] and s["graph_prefill"]["cases"] == {"prefill 512": 1.03}
     assert not s["logits"]["ok"] and s["logits"]["rel_err"]["decode b=16 graph"] == 0.02

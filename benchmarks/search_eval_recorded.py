@@ -10,7 +10,8 @@ seeds and threshold kept, its ``measured`` trials to the threshold per seed rewr
 
 records (benchmarks/sweeps/wgmma_sm90_h200/, from benchmarks/record_sweeps_h200.py: per shape
 a uniform sample of the valid space and three seeded TPE runs, searched as one sweep per shape,
-their union): tpe, random, grid, and issue 17's acceptance figures; the plot shows these.
+their union): tpe, random, uniform (random search without the seed configs), grid, and issue
+17's acceptance figures; the plot shows these.
 decode2_h200 (20 decode shapes, 40 TPE-proposed configs each): tpe, random, grid.
 skinny_correctness (7 edge shapes, 48 uniform random configs each): random and grid; tpe only
 with --skinny-tpe (its proposals rarely land on 48 of up to 6393 valid configs, so a run is
@@ -57,31 +58,48 @@ def acceptance(part: dict) -> dict:
     """Issue 17's acceptance on the full recorded sweeps, per sweep: the default sampler's
     median trials to within 2% as a share of the valid space and of the recorded configs,
     against random search's (fewer, or both at the first trial), and whether its 64-trial
-    budget gets within 2%."""
+    budget gets within 2%. Random search is ``uniform`` where it ran (no seed configs: tunefw's
+    own random sampler asks the family's seed configs first, as TPE does, and ties it wherever
+    one of them is already near the best), tunefw's ``random`` otherwise; the other one's
+    figures stay beside it."""
     rows = []
     for e in part["sweeps"]:
         tpe, rnd = e["samplers"]["tpe"], e["samplers"]["random"]
+        base = e["samplers"].get("uniform", rnd)
         t2, r2 = tpe["median_trials_to"]["2%"], rnd["median_trials_to"]["2%"]
+        b2 = base["median_trials_to"]["2%"]
         valid = (e.get("coverage") or {}).get("valid_space")
         at64 = tpe["median_best_at"].get("64")
         rows.append({"problem": e["problem"], "label": e["label"], "valid_space": valid,
                      "recorded": e["space"], "tpe_trials_to_2pct": t2,
                      "random_trials_to_2pct": r2,
+                     "uniform_trials_to_2pct": base["median_trials_to"]["2%"]
+                     if "uniform" in e["samplers"] else None,
+                     "baseline": "uniform" if "uniform" in e["samplers"] else "random",
                      "share_of_valid": None if t2 is None or not valid else round(t2 / valid, 6),
                      "share_of_recorded": None if t2 is None else round(t2 / e["space"], 4),
                      "within_10pct_of_valid": t2 is not None and bool(valid)
                      and t2 <= 0.1 * valid,
-                     # both at the first trial (the family's seed configs): no sampler can
-                     # be below that, so the tie is kept as such, not counted as a loss
-                     "tied_at_first_trial": t2 == r2 == 1,
+                     # both at the first trial: no sampler can be below that, so the tie is
+                     # kept as such, not counted as a loss
+                     "tied_at_first_trial": t2 == b2 == 1,
+                     "fewer_than_baseline": t2 is not None and (b2 is None or t2 < b2),
                      "fewer_than_random": t2 is not None and (r2 is None or t2 < r2),
                      "within_2pct_at_64": at64 is not None
                      and at64 >= 0.98 * e["reference_ratio"]})
     at64 = sum(r["within_2pct_at_64"] for r in rows)
+    need = math.ceil(0.8 * len(rows))
+    reached = sorted(r["tpe_trials_to_2pct"] for r in rows if r["tpe_trials_to_2pct"] is not None)
     return {"sweeps": rows, "within_2pct_at_64": at64,
+            # the budget whose median run gets within 2% on four of five sweeps (the README's
+            # where 64 does not), and on every one
+            "budget_within_2pct_on_most": math.ceil(reached[need - 1]) if len(reached) >= need
+            else None,
+            "budget_within_2pct_on_all": math.ceil(reached[-1])
+            if rows and len(reached) == len(rows) else None,
             "pass": bool(rows) and all(r["within_10pct_of_valid"] and (
-                r["fewer_than_random"] or r["tied_at_first_trial"]) for r in rows)
-            and at64 >= math.ceil(0.8 * len(rows))}
+                r["fewer_than_baseline"] or r["tied_at_first_trial"]) for r in rows)
+            and at64 >= need}
 
 
 def assemble(parts: dict[str, dict]) -> dict:
@@ -128,8 +146,8 @@ def run_sources(sources: list[str], records: Path, seeds: int, skinny_tpe: bool,
     rel = lambda p: str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)  # noqa: E731
     parts = {}
     if "records" in sources and records.is_dir():
-        parts["records"] = search_eval([rel(records)], ["tpe", "random", "grid"], seeds,
-                                       budgets, merge=True, jobs=jobs)
+        parts["records"] = search_eval([rel(records)], ["tpe", "random", "uniform", "grid"],
+                                       seeds, budgets, merge=True, jobs=jobs)
     if "decode2" in sources:
         parts["decode2"] = search_eval([rel(SWEEPS / "decode2_h200"),
                                         rel(SWEEPS / "decode_h200")],

@@ -66,6 +66,14 @@ def test_random_is_a_permutation_of_the_recorded_configs_seeds_first():
     assert run_search(sweep, "random", 0, 16).values == runs[0].values[:16]
 
 
+def test_uniform_is_random_search_without_the_seed_configs():
+    sweep = read_sweep(DECODE)
+    seeded, uniform = run_search(sweep, "random", 0, 128), run_search(sweep, "uniform", 0, 128)
+    assert sorted(uniform.values) == sorted(seeded.values)  # the same configs, each once
+    others = [run_search(sweep, "uniform", s, 128).values[0] for s in range(1, 6)]
+    assert len({uniform.values[0], *others}) > 1  # no config every seed asks first
+
+
 def test_tpe_counts_only_recorded_configs():
     sweep = read_sweep(DECODE)
     run = run_search(sweep, "tpe", 0, 16)

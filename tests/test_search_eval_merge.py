@@ -132,7 +132,7 @@ def test_the_benchmark_searches_the_full_sweeps_and_judges_the_acceptance(record
     assert _script().main(["--sources", "records", "--records", str(root), "--seeds", "2",
                            "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["sources"] == {"records": ["tpe", "random", "grid"]}
+    assert result["sources"] == {"records": ["tpe", "random", "uniform", "grid"]}
     assert result["merged"] == {"records": True} and len(result["sweeps"]) == 2
     acc = result["acceptance"]
     assert {r["problem"] for r in acc["sweeps"]} == {SQUARE.key(), DECODE.key()}
@@ -161,3 +161,15 @@ def test_acceptance_needs_every_sweep_and_four_of_five_at_64():
     assert tied["pass"] and tied["sweeps"][-1]["tied_at_first_trial"]
     assert not tied["sweeps"][-1]["fewer_than_random"]
     assert not script.acceptance({"sweeps": good[:4] + [entry(2, 2, 0.99)]})["pass"]
+    # where uniform random search ran, it is the baseline: tunefw's random sampler asks the
+    # seed configs first as TPE does, so a tie with it at the seeds is no verdict on the search
+    tie = entry(5, 5, 0.99)
+    tie["samplers"]["uniform"] = {"median_trials_to": {"2%": 40}}
+    judged = script.acceptance({"sweeps": good[:4] + [tie]})
+    assert judged["pass"] and judged["sweeps"][-1]["baseline"] == "uniform"
+    assert judged["sweeps"][-1]["fewer_than_baseline"] and not judged["sweeps"][-1]["fewer_than_random"]
+    tie["samplers"]["uniform"] = {"median_trials_to": {"2%": 5}}
+    assert not script.acceptance({"sweeps": good[:4] + [tie]})["pass"]
+    # the budget that gets within 2% on four of five, and on all, by the median runs
+    budgets = script.acceptance({"sweeps": good})
+    assert (budgets["budget_within_2pct_on_most"], budgets["budget_within_2pct_on_all"]) == (10, 30)

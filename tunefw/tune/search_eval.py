@@ -3,7 +3,10 @@
 Offline and in-process (no Ray, no database): for each sweep, sampler and seed, the search of a
 sweep (``ProblemSearch``: the sampler, its seed configs, the screen, the stall fallback) asks
 one config at a time and is told the recorded outcome, as the replay backend would tell it;
-random and grid runs are drawn directly in the order those samplers would propose.
+random and grid runs are drawn directly in the order those samplers would propose; ``uniform``
+(the study sampler of that name) is random search without the family's seed configs, the
+textbook baseline: where a seed config is already near the best, ``random``, which asks the seed
+configs first as TPE does, finds it as soon as TPE does.
 The search space is the sweep's measured configs: a config the sweep does not hold is
 NOT_RECORDED, screened out like a config check() rejects (TPE draws again where a draw holds
 no recorded config), told to the sampler as a failure and not counted: trials are evaluated
@@ -35,7 +38,7 @@ from tunefw.tune.sampling import TPE_SETTINGS
 from tunefw.tune.search import ProblemSearch
 from tunefw.tune.space import space_index
 
-SAMPLERS = (*TPE_SETTINGS, "random", "grid", "cmaes")
+SAMPLERS = (*TPE_SETTINGS, "random", "uniform", "grid", "cmaes")
 DEFAULT_SAMPLERS = ("tpe", "random", "grid")
 LEFT_OUT = {"cmaes": "Optuna's CmaEsSampler needs the cmaes package (not installed here) and "
                      "proposes off the recorded configs nearly always (no screen)",
@@ -89,13 +92,14 @@ def _drawn(sweep: Sweep, order: list[str]) -> RunResult:
     return result
 
 
-def _random_order(sweep: Sweep, space: set, seed: int, device: DeviceSpec) -> RunResult:
+def _random_order(sweep: Sweep, space: set, seed: int, device: DeviceSpec,
+                  seeded: bool = True) -> RunResult:
     """The random sampler's run, drawn directly: the search's seed configs first (those the
-    sweep holds), then the rest of the space in a uniformly random order. The same
-    distribution as rejection-sampling the declared space (uniform there, so uniform over the
-    recorded configs not yet measured), without its thousands of asks."""
+    sweep holds; not ``seeded``: none), then the rest of the space in a uniformly random
+    order. The same distribution as rejection-sampling the declared space (uniform there, so
+    uniform over the recorded configs not yet measured), without its thousands of asks."""
     order: list[str] = []
-    for fam in sorted(sweep.header["space_hashes"]):
+    for fam in sorted(sweep.header["space_hashes"]) if seeded else ():
         family = get_family(fam)
         for config in family.seed_configs():
             key = config_key(fam, config)
@@ -121,9 +125,9 @@ def run_search(sweep: Sweep, sampler: str, seed: int, budget: int,
     """Search the sweep's recorded configs with ``sampler`` for ``budget`` evaluated trials."""
     rows = sweep.by_key()
     space = {k for k, r in rows.items() if r.outcome != Status.INVALID.value}
-    if sampler in ("random", "grid"):
-        run = _random_order(sweep, space, seed, device) if sampler == "random" else \
-            _grid_order(sweep, space)
+    if sampler in ("random", "uniform", "grid"):
+        run = _grid_order(sweep, space) if sampler == "grid" else \
+            _random_order(sweep, space, seed, device, seeded=sampler == "random")
         run.values = run.values[:budget]
         return run
     families = sorted(sweep.header["space_hashes"])

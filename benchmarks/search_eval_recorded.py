@@ -89,6 +89,8 @@ def acceptance(part: dict) -> dict:
                      and at64 >= 0.98 * e["reference_ratio"]})
     at64 = sum(r["within_2pct_at_64"] for r in rows)
     need = math.ceil(0.8 * len(rows))
+    search = bool(rows) and all(r["within_10pct_of_valid"] and (
+        r["fewer_than_baseline"] or r["tied_at_first_trial"]) for r in rows)
     reached = sorted(r["tpe_trials_to_2pct"] for r in rows if r["tpe_trials_to_2pct"] is not None)
     return {"sweeps": rows, "within_2pct_at_64": at64,
             # the budget whose median run gets within 2% on four of five sweeps (the README's
@@ -97,9 +99,10 @@ def acceptance(part: dict) -> dict:
             else None,
             "budget_within_2pct_on_all": math.ceil(reached[-1])
             if rows and len(reached) == len(rows) else None,
-            "pass": bool(rows) and all(r["within_10pct_of_valid"] and (
-                r["fewer_than_baseline"] or r["tied_at_first_trial"]) for r in rows)
-            and at64 >= need}
+            # the search's bars (its share of the space, fewer trials than random search) and,
+            # with them, the default budget's; where 64 falls short the issue asks the README to
+            # name the budget that does (tests/test_search_eval_merge.py checks that it does)
+            "search_pass": search, "pass": search and at64 >= need}
 
 
 def assemble(parts: dict[str, dict]) -> dict:
@@ -193,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(row))
     if "acceptance" in result:
         acc = result["acceptance"]
-        print(f"acceptance: {'PASS' if acc['pass'] else 'FAIL'}; tpe within 2% at 64 trials on "
-              f"{acc['within_2pct_at_64']} of {len(acc['sweeps'])} sweeps")
+        print(f"acceptance: {'PASS' if acc['pass'] else 'FAIL'}; search "
+              f"{'PASS' if acc['search_pass'] else 'FAIL'}; tpe within 2% at 64 trials on "
+              f"{acc['within_2pct_at_64']} of {len(acc['sweeps'])} sweeps, at "
+              f"{acc['budget_within_2pct_on_most']} on most, at {acc['budget_within_2pct_on_all']} "
+              "on all")
     print(f"wrote {out} and {plot}")
     return 0
 

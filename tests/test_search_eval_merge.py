@@ -173,3 +173,14 @@ def test_acceptance_needs_every_sweep_and_four_of_five_at_64():
     # the budget that gets within 2% on four of five, and on all, by the median runs
     budgets = script.acceptance({"sweeps": good})
     assert (budgets["budget_within_2pct_on_most"], budgets["budget_within_2pct_on_all"]) == (10, 30)
+
+
+def test_the_readme_names_the_budget_the_committed_records_support():
+    """Issue 17: where the 64-trial default does not reach within 2% on four of five recorded
+    sweeps, the README says what budget does: the committed result's figures, in bold."""
+    acc = json.loads((REPO / "benchmarks/results/search_eval.json").read_text())["acceptance"]
+    assert acc["search_pass"] and len(acc["sweeps"]) == 5
+    if acc["within_2pct_at_64"] < 4:
+        readme = " ".join((REPO / "README.md").read_text().split())
+        assert (f"**{acc['budget_within_2pct_on_most']} trials reach it on four of five and "
+                f"{acc['budget_within_2pct_on_all']} on all five**") in readme

@@ -5,7 +5,8 @@ hf_llama_h200.json has the patched model eagerly 0.94x stock at prefill 512 (1.7
 round alike) while each of its GEMMs enqueues faster than nn.Linear and the graphed step is
 1.03x: the profile says which ops (host time, self CPU) and which kernels (GPU time) differ.
 A deep copy of the stock model, unpatched, says what the copy alone changes (the patched models
-are copies of the stock one). The last model (a table with no entries: tunefw.Linear over cuBLAS everywhere) separates the
+are copies of the stock one). Each model's steps also run under cProfile (Python functions by own time; tunefw's by
+cumulative time). The last model (a table with no entries: tunefw.Linear over cuBLAS everywhere) separates the
 wrapper's cost from the kernels'. Each patched model's steps make its own table the process-wide
 one (tunefw::gemm serves one table a process; the first run, at 3197beb, patched both models
 before timing, so both served the empty table: its "patched" rows are the wrapper over cuBLAS).
@@ -75,6 +76,27 @@ def profile(step, steps: int) -> dict:
             "ops": ops[:TOP], "kernels": kernels[:TOP]}
 
 
+def python_profile(step, steps: int) -> dict:
+    """``steps`` eager steps under cProfile: the Python functions by own time and tunefw's by
+    cumulative time (per step, microseconds): where a patched step's extra host time goes."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    prof.disable()
+    rows = [{"function": f"{Path(file).name}:{line}:{name}", "calls": calls // steps,
+             "own_us": own * 1e6 / steps, "cumulative_us": cum * 1e6 / steps,
+             "tunefw": "/tunefw/" in file}
+            for (file, line, name), (_, calls, own, cum, _) in pstats.Stats(prof).stats.items()]
+    return {"by_own_time": sorted(rows, key=lambda r: -r["own_us"])[:TOP],
+            "tunefw_by_cumulative": sorted((r for r in rows if r["tunefw"]),
+                                           key=lambda r: -r["cumulative_us"])[:TOP]}
+
+
 def _serving(dispatcher, step):
     """``step`` run with ``dispatcher`` as the process-wide table (None: leave it)."""
     if dispatcher is None:
@@ -134,6 +156,7 @@ def main() -> int:
                     for name, ts in times.items()}
             for name, s in steps.items():
                 case[name]["profile"] = profile(s, args.steps)
+                case[name]["python"] = python_profile(s, args.steps)
             report["cases"][label] = case
             print(f"{label}: done", flush=True)
     out = gpu_result.out_path("hf_eager_profile_h200.json", None)

@@ -5,6 +5,11 @@
 #
 #   bash benchmarks/device_aside.sh aside   # before the run call
 #   bash benchmarks/device_aside.sh back    # after it
+#
+# .whl cannot carry Ray (ray.tar.xz, 32 MB) and the Hugging Face wheels (benchmarks/hf_wheels.txt,
+# 17 MB) at once beside the tree: `wheels ray` leaves Ray in .whl for a sweep (launch, records,
+# llamatable), `wheels hf` the HF wheels for hf_llama_h200.py / hf_eager_profile_h200.py (no
+# Ray), `wheels` says which are in; the other set waits in $KEEP/whl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEEP=/tmp/tunefw-device-aside
@@ -18,5 +23,25 @@ case "${1:-}" in
   back) for f in "${FILES[@]}"; do [ -e "$KEEP/$f" ] && mv "$KEEP/$f" "$f"; done
         for f in "${FILES[@]}"; do [ -e "$f" ] || git checkout -- "$f"; done  # a lost one: HEAD's
         echo "restored" ;;
-  *) echo "usage: $0 aside|back" >&2; exit 2 ;;
+  wheels)
+    mkdir -p "$KEEP/whl"
+    hf=$(sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' benchmarks/hf_wheels.txt | tr 'A-Z-' 'a-z_')
+    move() {  # move(src, dst, pattern...): each file matching a pattern from src to dst
+      local src=$1 dst=$2; shift 2
+      for p in "$@"; do for f in "$src"/$p; do [ -e "$f" ] && mv "$f" "$dst/"; done; done; return 0; }
+    case "${2:-}" in
+      ray) move "$KEEP/whl" .whl ray.tar.xz
+           move .whl "$KEEP/whl" $(for n in $hf; do echo "${n}-*.whl"; done) ;;
+      hf) move "$KEEP/whl" .whl $(for n in $hf; do echo "${n}-*.whl"; done)
+          move .whl "$KEEP/whl" ray.tar.xz ;;
+      "") ;;
+      *) echo "usage: $0 wheels [ray|hf]" >&2; exit 2 ;;
+    esac
+    ray=no; [ -e .whl/ray.tar.xz ] && ray=yes
+    n=0; for x in $hf; do for f in .whl/${x}-*.whl; do [ -e "$f" ] && n=$((n + 1)); done; done
+    echo ".whl: $(du -sh .whl | cut -f1), ray $ray, HF wheels $n of $(echo $hf | wc -w)"
+    if [ "${2:-}" = hf ] && [ "$n" -lt "$(echo $hf | wc -w)" ]; then
+      echo "missing HF wheels: fetch them with the pip download line in benchmarks/hf_wheels.txt" >&2
+    fi ;;
+  *) echo "usage: $0 aside|back|wheels [ray|hf]" >&2; exit 2 ;;
 esac

@@ -7,7 +7,8 @@
 #   export TUNEFW_COMMIT=SHA; bash benchmarks/device_batch.sh l2reuse plancache modeltable
 #
 # Tree + .whl must stay under 64 MiB: `bash benchmarks/device_aside.sh aside` before the call
-# (and `back` after) moves out tracked files no step reads.
+# (and `back` after) moves out tracked files no step reads; `device_aside.sh wheels ray|hf` keeps
+# Ray (sweeps) or the Hugging Face wheels (hf steps) in .whl, never both.
 #
 # Steps (seconds allowed):
 #   streambw    (120) benchmarks/micro/stream_bw.cu via stream_micro_h200.py (every read variant

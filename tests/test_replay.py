@@ -68,6 +68,7 @@ def test_export_sweep_holds_every_trial_header_and_coverage(tmp_path):
     assert h["method"] == method.METHOD and h["fingerprint"]["name"] == "NVIDIA H200"
     assert "sm_clock_mhz" not in h["fingerprint"]  # a moment's reading, not the device
     assert h["space_hashes"] == {FAMILY: get_family(FAMILY).space_hash()}
+    assert h["spaces"] == {FAMILY: get_family(FAMILY).space_declaration()}  # read after a change
     assert h["problem"] == problem.as_dict() and h["rows"] == 3
     assert h["winner"]["config"] == good[1] and h["winner"]["ratio"] == pytest.approx(49 / 44)
     cov = h["coverage"]
@@ -101,6 +102,11 @@ def test_committed_sweeps_are_small_and_labelled():
     for f in files:
         h = read_sweep(f).header
         assert h["fingerprint"]["name"] == "NVIDIA H200"
+        # each family still in today's space has its declaration, so the sweep outlives a space
+        # that only adds knobs (the records of issue 17 are an hour of H200 time)
+        current = {fam for fam, hsh in h["space_hashes"].items()
+                   if get_family(fam).space_hash() == hsh}
+        assert {fam: get_family(fam).space_declaration() for fam in current} == h.get("spaces", {})
         if f in records:
             assert h["method"] == "anchored-3"
             assert h["coverage"]["distinct_measured"] == (2000 if f.parent.name == "uniform" else 160)
@@ -226,3 +232,57 @@ def test_replay_launch_with_tpe_asks_about_one_config_per_evaluated_trial(db_url
     assert len(evaluated) == stats["trials"] == len(sweep.measured()) == 40  # every recorded one
     assert stats["asks"] <= 2 * len(evaluated) and stats["screen_redraws"] > 0
     assert statuses.count("INVALID") + statuses.count("NOT_RECORDED") <= len(evaluated)
+
+
+def test_a_sweep_recorded_before_a_knob_was_added_replays_in_todays_space(tmp_path, monkeypatch):
+    """A family that only adds a knob (with the value its absence meant) or values still reads
+    a sweep recorded with the earlier space declared in its header; any other change is refused."""
+    from tunefw.evaluate.sweepfile import declared_spaces
+    from tunefw.templates.base import Param
+
+    sweep = read_sweep(ONE)
+    fam = get_family(FAMILY)
+    sweep.header["spaces"] = declared_spaces(sweep.header["space_hashes"])
+    assert sweep.header["spaces"] == {FAMILY: fam.space_declaration()}
+    write_sweep(tmp_path / ONE.name, sweep)
+    bare = read_sweep(ONE)
+    bare.header.pop("spaces", None)
+    write_sweep(tmp_path / "bare" / ONE.name, bare)
+    row = next(r for r in sweep.rows if r.outcome == "OK")
+    added = Param("NEWKNOB", (0, 1), "a knob added since the recording", absent=0)
+    monkeypatch.setattr(fam, "params", fam.params + (added,))
+    assert fam.space_hash() != sweep.header["space_hashes"][FAMILY]
+    again = read_sweep(tmp_path / ONE.name)
+    assert again.stale_families() == [] and again.rows[0].config["NEWKNOB"] == 0
+    ReplaySource(str(tmp_path / ONE.name)).check([again.problem], [FAMILY])
+    ev = ReplayEvaluator(f"replay:{tmp_path / ONE.name}")
+    out = ev.evaluate(_spec(again.problem, dict(row.config, NEWKNOB=0)))
+    assert out.status == Status.OK and out.ratio == pytest.approx(row.ratio, rel=1e-5)
+    assert ev.evaluate(_spec(again.problem, dict(row.config, NEWKNOB=1))).status == \
+        Status.NOT_RECORDED
+    assert ev.confirm(_spec(again.problem, again.header["winner"]["config"])).ok
+    # no declaration in the header: nothing to compare, refused as before
+    with pytest.raises(UserError, match="no declaration recorded"):
+        ReplaySource(str(tmp_path / "bare" / ONE.name)).check([again.problem], [FAMILY])
+    # a knob added without the value its absence meant: the recorded configs mean nothing now
+    monkeypatch.setattr(fam, "params", fam.params[:-1] + (Param("NEWKNOB", (0, 1), "x"),))
+    assert read_sweep(tmp_path / ONE.name).stale_families() == [FAMILY]
+    with pytest.raises(UserError, match="NEWKNOB added since, without an absent value"):
+        ReplaySource(str(tmp_path / ONE.name)).check([again.problem], [FAMILY])
+
+
+def test_extension_reason_names_what_breaks_a_recorded_space():
+    fam = get_family(FAMILY)
+    declared = fam.space_declaration()
+    assert fam.extension_reason(declared) is None
+    first = declared[1]
+    fewer = [declared[0], [first[0], first[1][:1], first[2]], *declared[2:]]
+    assert fam.extension_reason(fewer) is None  # today's space adds values: it extends
+    more = [declared[0], [first[0], first[1] + [12345], first[2]], *declared[2:]]
+    assert fam.extension_reason(more) == f"knob {first[0]} no longer has the values [12345]"
+    gone = declared + [["OLDKNOB", [1, 2], "int"]]
+    assert fam.extension_reason(gone) == "knob OLDKNOB is no longer declared"
+    assert fam.extension_reason(["another-encoding", *declared[1:]]) == \
+        "recorded under another encoding of the space"
+    assert fam.extension_reason([declared[0], ["X"]]) == \
+        "its recorded space declaration is malformed"

@@ -26,7 +26,7 @@ from tunefw.errors import UserError
 from tunefw.evaluate.sweepfile import Sweep, read_sweep, sweep_paths
 from tunefw.outcome import Outcome, Status, TrialSpec, fingerprint_key
 from tunefw.problem import GemmProblem
-from tunefw.templates import FAMILIES, config_key, get_family
+from tunefw.templates import config_key
 
 PREFIX = "replay:"
 NOT_RECORDED_REASON = "NOT_RECORDED: the recorded sweep does not hold this config"
@@ -91,13 +91,10 @@ class ReplaySource:
             if sweep is None:
                 raise UserError(f"replay: no recorded sweep of {problem.key()} under {self.path} "
                                 f"(it holds {', '.join(sorted(self.sweeps)) or 'none'})")
-            for fam, recorded in sorted(sweep.header["space_hashes"].items()):
-                if fam in families and (fam not in FAMILIES
-                                        or get_family(fam).space_hash() != recorded):
-                    current = get_family(fam).space_hash() if fam in FAMILIES else "none"
-                    raise UserError(f"replay: {sweep.path} was recorded under {fam} parameter "
-                                    f"space {recorded}, the family's space is now {current}: "
-                                    "record the sweep again")
+            for fam in sorted(sweep.header["space_hashes"]):
+                why = sweep.space_reason(fam) if fam in families else None
+                if why:  # today's space neither is nor extends the recorded one
+                    raise UserError(f"replay: {sweep.path} {why}: record the sweep again")
             devices.add(fingerprint_key(replay_fingerprint(sweep)))
         if len(devices) > 1:
             raise UserError(f"replay: the sweeps under {self.path} come from {len(devices)} "

@@ -1,7 +1,8 @@
 """Recorded sweeps: one problem's trials of a study in a small gzip JSON-lines file.
 
 Line 1 is the header (``format`` = FORMAT): the study, the problem, the families' space hashes
-and source hashes, the device fingerprint and timing method, the confirmed winner, and the
+(and ``spaces``, their declarations, so that a later space that only adds knobs or values still
+reads the file) and source hashes, the device fingerprint and timing method, the confirmed winner, and the
 file's ``coverage`` (distinct valid configs it holds out of the valid space of the declared
 families, when that space is still the current one). Every further line is one trial row:
 ``family, config, outcome, ratio, median_ms, tflops, cublas_tflops`` (+ ``reason``, the first
@@ -95,11 +96,24 @@ class Sweep:
                 return row.ratio, "confirmed winner's screened ratio"
         return self.best_ratio(), "best screened ratio"
 
+    def space_reason(self, family: str) -> str | None:
+        """None where the family's recorded space is today's, or one today's extends (the
+        header's ``spaces`` declaration: read_sweep then upgraded the rows); else why not."""
+        recorded = (self.header.get("space_hashes") or {}).get(family)
+        if family not in FAMILIES:
+            return f"family {family} is not declared here"
+        if get_family(family).space_hash() == recorded:
+            return None
+        declared = (self.header.get("spaces") or {}).get(family)
+        if declared is None:
+            return (f"recorded under {family} parameter space {recorded}, the family's space is "
+                    f"now {get_family(family).space_hash()} (no declaration recorded to compare)")
+        why = get_family(family).extension_reason(declared)
+        return None if why is None else f"recorded under an earlier {family} space: {why}"
+
     def stale_families(self) -> list[str]:
-        """Families whose recorded space hash is not the current declaration's."""
-        hashes = self.header.get("space_hashes") or {}
-        return sorted(f for f, h in hashes.items()
-                      if f not in FAMILIES or get_family(f).space_hash() != h)
+        """Families whose recorded space is neither today's nor one today's extends."""
+        return sorted(f for f in self.header.get("space_hashes") or {} if self.space_reason(f))
 
 
 def _identity(sweep: Sweep) -> tuple:
@@ -174,7 +188,29 @@ def read_sweep(path: Path | str) -> Sweep:
         GemmProblem(**header["problem"])
     except (TypeError, UserError) as exc:
         raise UserError(f"{path}: bad problem in header ({exc})") from None
-    return Sweep(header, rows, str(path))
+    return _in_todays_space(Sweep(header, rows, str(path)))
+
+
+def _in_todays_space(sweep: Sweep) -> Sweep:
+    """The sweep with the configs of each family whose recorded space today's extends written
+    in today's space (knobs added since at their absent value), so they key like today's."""
+    extended = [f for f, h in (sweep.header.get("space_hashes") or {}).items()
+                if f in FAMILIES and get_family(f).space_hash() != h and not sweep.space_reason(f)]
+    for row in sweep.rows:
+        if row.family in extended:
+            row.config = get_family(row.family).upgrade(row.config)
+    winner = sweep.header.get("winner") or {}
+    if winner.get("family") in extended:
+        sweep.header["winner"] = {**winner,
+                                  "config": get_family(winner["family"]).upgrade(winner["config"])}
+    return sweep
+
+
+def declared_spaces(hashes: dict) -> dict:
+    """The space declaration of each family whose recorded hash is today's (a sweep header's
+    ``spaces``: what lets a later space that extends it read the sweep)."""
+    return {f: get_family(f).space_declaration() for f, h in hashes.items()
+            if f in FAMILIES and get_family(f).space_hash() == h}
 
 
 def sweep_paths(path: Path | str) -> list[Path]:

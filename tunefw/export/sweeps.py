@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tunefw.device import H200, DeviceSpec
 from tunefw.errors import UserError
-from tunefw.evaluate.sweepfile import (FORMAT, SUFFIX, VERSION, Sweep, SweepRow,
+from tunefw.evaluate.sweepfile import (FORMAT, SUFFIX, VERSION, Sweep, SweepRow, declared_spaces,
                                        problem_filename, write_sweep)
 from tunefw.outcome import Status, cublas_ratio
 from tunefw.problem import GemmProblem
@@ -83,7 +83,7 @@ def build_sweeps(store, study_name: str | None, problem_filter: GemmProblem | No
             header = {
                 "format": FORMAT, "version": VERSION, "study": study.name,
                 "round": study.round, "problem": problem.as_dict(), "label": prow.label,
-                "space_hashes": hashes,
+                "space_hashes": hashes, "spaces": declared_spaces(hashes),
                 "source_hashes": sorted({t.source_hash for t in q.problem_trials(s, study, prow)}),
                 "method": study.fingerprint.get("method"),
                 "fingerprint": _stable_fingerprint(study.fingerprint),

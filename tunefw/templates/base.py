@@ -266,12 +266,42 @@ class KernelTemplate:
                 configs.append(config)
         return configs
 
+    def space_declaration(self) -> list:
+        """What space_hash() hashes: the encoding version, then each knob's name, values and
+        Optuna encoding. A recorded sweep keeps it, so a later space that only adds knobs (with
+        Param.absent) or values still reads the sweep (extension_reason)."""
+        return [ENCODING_VERSION] + [[p.name, list(p.values), p.describe_encoding()]
+                                     for p in self.params]
+
     def space_hash(self) -> str:
         """Changes whenever a parameter, one of its values or its Optuna encoding changes
         (the resume guard)."""
-        text = json.dumps([ENCODING_VERSION] + [[p.name, list(p.values), p.describe_encoding()]
-                                                for p in self.params])
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.space_declaration()).encode()).hexdigest()[:16]
+
+    def extension_reason(self, declaration: Any) -> str | None:
+        """None where this space extends a recorded declaration (space_declaration()): every
+        recorded knob is still declared with each of its recorded values, and every knob added
+        since has a Param.absent value (what the recorded configs meant); else why not, in a
+        line. Recorded configs are then this space's configs once upgrade() adds the absent
+        values (a sweep answers them; a config with an added knob elsewhere it never measured)."""
+        if not isinstance(declaration, list) or not declaration \
+                or declaration[0] != ENCODING_VERSION:
+            return "recorded under another encoding of the space"
+        try:
+            recorded = {str(name): list(values) for name, values, _ in declaration[1:]}
+        except (TypeError, ValueError):
+            return "its recorded space declaration is malformed"
+        now = {p.name: p for p in self.params}
+        for name, values in recorded.items():
+            if name not in now:
+                return f"knob {name} is no longer declared"
+            lost = [v for v in values if v not in now[name].values]
+            if lost:
+                return f"knob {name} no longer has the values {lost}"
+        added = [p.name for p in self.params if p.name not in recorded and p.absent is None]
+        if added:
+            return f"knob(s) {', '.join(added)} added since, without an absent value"
+        return None
 
     def source_paths(self, root: Path | None = None) -> list[Path]:
         """The family's own CUDA files under ``root``: its template and its headers."""

@@ -74,6 +74,11 @@
 #   launchgap   (150) launch_gap_h200.py: the same mid-M winners as CUDA graphs of back-to-back
 #                     GEMMs (own weight copies past L2) beside cuBLAS, launched plainly and
 #                     programmatically: is their constant 1.3-3.3 us deficit a launch cost?
+#   hfprofile   (200) hf_eager_profile_h200.py on the hf_llama3_8b study's table (HF wheels in .whl,
+#                     no Ray: device_aside.sh wheels hf): stock, its copy, patched and patched over
+#                     an empty table, eagerly, timed interleaved, torch.profiler and cProfile per
+#                     model: which calls pay the patched model's extra host time at decode b64
+#                     and prefill 512 (hf_llama_aa_h200.json)
 #   timeline    (180) timeline_h200.py: the same winners built with TUNEFW_TIMELINE, every CTA's
 #                     phases (set-up, first TMA, first data, main loop, epilogue, exit) and the
 #                     gaps between kernels in graphed chains, plain and programmatic, beside
@@ -168,6 +173,11 @@ for name in "$@"; do
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \
         --out "$OUT/sanitize_wgmma_sm90_bk256_h200.json" ;;
+    hfprofile) mkdir -p /tmp/hf_llama3_8b \
+        && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b \
+        && step hfprofile 200 python3 benchmarks/hf_eager_profile_h200.py --rounds 41 --steps 4 \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" ;;
     wgmmacheck) step wgmmacheck 240 python3 benchmarks/wgmma_sm90_gpu_check.py --skip-perf \
         --commit "$TUNEFW_COMMIT" --out "$OUT/wgmma_sm90_gpu_check_${CHECK_TAG:-r5}_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;

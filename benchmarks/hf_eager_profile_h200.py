@@ -5,11 +5,12 @@ hf_llama_h200.json has the patched model eagerly 0.94x stock at prefill 512 (1.7
 round alike) while each of its GEMMs enqueues faster than nn.Linear and the graphed step is
 1.03x: the profile says which ops (host time, self CPU) and which kernels (GPU time) differ.
 A deep copy of the stock model, unpatched, says what the copy alone changes (the patched models
-are copies of the stock one). Each model's steps also run under cProfile (Python functions by own time; tunefw's by
-cumulative time). The last model (a table with no entries: tunefw.Linear over cuBLAS everywhere) separates the
-wrapper's cost from the kernels'. Each patched model's steps make its own table the process-wide
-one (tunefw::gemm serves one table a process; the first run, at 3197beb, patched both models
-before timing, so both served the empty table: its "patched" rows are the wrapper over cuBLAS).
+are copies of the stock one). Each model's steps also run under cProfile (Python functions by
+own time; tunefw's by cumulative time). The last model (a table with no entries: tunefw.Linear
+over cuBLAS everywhere) separates the wrapper's cost from the kernels'. Each patched model's
+steps make its own table the process-wide one (tunefw::gemm serves one table a process; the
+first run, at 3197beb, patched both models before timing, so both served the empty table: its
+"patched" rows are the wrapper over cuBLAS).
 
     source benchmarks/device_setup.sh && python3 benchmarks/hf_eager_profile_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import sys
 from pathlib import Path

@@ -2,8 +2,8 @@
 
 Line 1 is the header (``format`` = FORMAT): the study, the problem, the families' space hashes
 (and ``spaces``, their declarations, so that a later space that only adds knobs or values still
-reads the file) and source hashes, the device fingerprint and timing method, the confirmed winner, and the
-file's ``coverage`` (distinct valid configs it holds out of the valid space of the declared
+reads the file) and source hashes, the device fingerprint and timing method, the confirmed
+winner, and the file's ``coverage`` (distinct valid configs it holds out of the valid space of the declared
 families, when that space is still the current one). Every further line is one trial row:
 ``family, config, outcome, ratio, median_ms, tflops, cublas_tflops`` (+ ``reason``, the first
 log line, for outcomes other than OK). Written by ``tunefw export --format sweep``
@@ -192,10 +192,10 @@ def read_sweep(path: Path | str) -> Sweep:
 
 
 def _in_todays_space(sweep: Sweep) -> Sweep:
-    """The sweep with the configs of each family whose recorded space today's extends written
-    in today's space (knobs added since at their absent value), so they key like today's."""
-    extended = [f for f, h in (sweep.header.get("space_hashes") or {}).items()
-                if f in FAMILIES and get_family(f).space_hash() != h and not sweep.space_reason(f)]
+    """The sweep with the configs of each family whose recorded space is today's or one today's
+    extends written in today's space (knobs added since at their absent value; upgrade() leaves
+    a config of today's space as it is), so they key like today's."""
+    extended = [f for f in sweep.header.get("space_hashes") or {} if not sweep.space_reason(f)]
     for row in sweep.rows:
         if row.family in extended:
             row.config = get_family(row.family).upgrade(row.config)

@@ -3,8 +3,9 @@ it is trusted.
 
 The first eager call of a shape that a bucket, nearest or neighbour-calibrated rule serves, that
 calibration left unproven (evidence on one side of its M only: cuBLAS until measured), or whose
-own entry beat cuBLAS by less than THIN_RATIO when it was confirmed, times the rule's kernel and cuBLAS interleaved on the call's own operands (L2 flushed, about
-3 ms of GPU time: see cuda_timer) and keeps the faster. The decision is remembered for the
+own entry beat cuBLAS by less than THIN_RATIO when it was confirmed, times the rule's kernel and
+cuBLAS interleaved on the call's own operands (L2 flushed, about 3 ms of GPU time: see
+cuda_timer) and keeps the faster. The decision is remembered for the
 process and in a small persistent cache (JSON) keyed by the table's hash, the GPU's fingerprint
 and the shape, so a changed table or another GPU never reuses it. Under CUDA-graph capture or
 torch.compile tracing nothing is timed: a stored decision is used if there is one, else the

@@ -79,6 +79,10 @@
 #                     an empty table, eagerly, timed interleaved, torch.profiler and cProfile per
 #                     model: which calls pay the patched model's extra host time at decode b64
 #                     and prefill 512 (hf_llama_aa_h200.json)
+#   hfsplit     (240) hf_eager_split_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray):
+#                     stock, a copy, patched, patched with wgmma_sm90 entries as cuBLAS routes and
+#                     patched over an empty table, 201 shuffled rounds at decode b64 / prefill 512,
+#                     each step's host time split into linear forwards, tuned launches and the rest
 #   timeline    (180) timeline_h200.py: the same winners built with TUNEFW_TIMELINE, every CTA's
 #                     phases (set-up, first TMA, first data, main loop, epilogue, exit) and the
 #                     gaps between kernels in graphed chains, plain and programmatic, beside
@@ -173,6 +177,11 @@ for name in "$@"; do
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \
         --out "$OUT/sanitize_wgmma_sm90_bk256_h200.json" ;;
+    hfsplit) mkdir -p /tmp/hf_llama3_8b \
+        && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b \
+        && step hfsplit 240 python3 benchmarks/hf_eager_split_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" ;;
     hfprofile) mkdir -p /tmp/hf_llama3_8b \
         && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b \
         && step hfprofile 200 python3 benchmarks/hf_eager_profile_h200.py --rounds 41 --steps 4 \

@@ -81,7 +81,8 @@
 #                     and prefill 512 (hf_llama_aa_h200.json)
 #   hfsplit     (240) hf_eager_split_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray):
 #                     stock, a copy, patched, patched with wgmma_sm90 entries as cuBLAS routes and
-#                     patched over an empty table, 201 shuffled rounds at decode b64 / prefill 512,
+#                     patched over an empty table, and patched with its kernels not launched,
+#                     201 shuffled rounds at decode b64 / prefill 512,
 #                     each step's host time split into linear forwards, tuned launches and the rest
 #   timeline    (180) timeline_h200.py: the same winners built with TUNEFW_TIMELINE, every CTA's
 #                     phases (set-up, first TMA, first data, main loop, epilogue, exit) and the

@@ -7,7 +7,9 @@ profiles (hf_eager_profile_h200.json) were too short to split it. Five models, t
 interleaved over many rounds (the host's step time varies +-15% round to round): stock, a copy,
 patched with the study's table, patched with the same table but its wgmma_sm90 entries made
 cuBLAS routes (``nowgmma``), and patched over an empty table (every GEMM a cuBLAS route through
-tunefw.Linear). Every model's linear layers are timed on the host (a perf_counter around each
+tunefw.Linear); and the patched model's own steps with its tuned kernels not launched
+(``nolaunch``: the same plans, arguments and outputs, no cuLaunchKernel; its logits are garbage),
+which leaves the driver's launch out of the comparison. Every model's linear layers are timed on the host (a perf_counter around each
 forward, the same wrapper on nn.Linear and tunefw.Linear) and the tuned launches apart
 (Plan.__call__), so a step's extra time is either in its GEMM calls or outside them.
 
@@ -39,6 +41,7 @@ from hf_llama_steps import LLAMA3_8B, Decode, Prefill, build_model, twin  # noqa
 from tunefw.runtime.dispatch import apply_min_ratio, load  # noqa: E402
 
 NS = {"linear": 0, "tuned": 0, "calls": 0, "tuned_calls": 0}  # host ns inside forwards / launches
+SKIP_LAUNCH = [False]  # the nolaunch steps: Plan.launch returns at once
 
 
 def _instrument() -> None:
@@ -59,6 +62,12 @@ def _instrument() -> None:
             return y
         setattr(cls, "forward" if key == "linear" else "__call__", timed)
 
+    launch = plan.Plan.launch
+
+    def maybe_launch(self, *args, **kwargs):
+        if not SKIP_LAUNCH[0]:
+            launch(self, *args, **kwargs)
+    plan.Plan.launch = maybe_launch
     wrap(torch.nn.Linear, "linear", "calls")
     wrap(ops.Linear, "linear", "calls")
     wrap(plan.Plan, "tuned", "tuned_calls")
@@ -125,9 +134,20 @@ def main() -> int:
             return step()
         return run
 
+    def without_launches(step):
+        def run():
+            tunefw.set_dispatch(tables["patched"])
+            SKIP_LAUNCH[0] = True
+            try:
+                return step()
+            finally:
+                SKIP_LAUNCH[0] = False
+        return run
+
     with torch.no_grad():
         for label, make in cases.items():
             steps = {name: serving(name, make(m)) for name, m in models.items()}
+            steps["nolaunch"] = without_launches(make(models["patched"]))
             for s in steps.values():  # first uses: builds, verification, guard decisions
                 for _ in range(3):
                     s()

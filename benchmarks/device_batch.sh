@@ -89,6 +89,11 @@
 #                     gaps between kernels in graphed chains, plain and programmatic, beside
 #                     cuBLAS's chain: where the per-CTA 1.7 us and the chain deficit go
 #                     (TIMELINE_ARGS: source variants and knob overrides, --name)
+#   fastcheck   (150) fastpath_check_h200.py on the hf_llama3_8b study's table (HF wheels, no
+#                     Ray): the compiled call path's C bit for bit the Python launch's (twice,
+#                     from a graph, through tunefw.Linear) and host us per call of each path
+#   hfllama     (300) hf_llama_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray): the
+#                     issue's end-to-end comparison -> hf_llama_h200.json
 #   wgmmacheck  (240) wgmma_sm90_gpu_check.py --skip-perf: every kernel path and the split-K
 #                     hand-off verified on the edge shapes (two launches bit for bit) after a
 #                     wgmma_sm90 source change (CHECK_TAG names the result, default r5)
@@ -124,6 +129,10 @@ step() {  # NAME SECONDS COMMAND...: run it, record its exit status and time
   timeout --kill-after=20 "$limit" "$@" >>"$log" 2>&1
   local rc=$?
   summary+=("$(printf '%-11s rc %-3s %4d s' "$name" "$rc" $((SECONDS - start)))")
+}
+
+hf_state() {  # the hf_llama3_8b study's table and cubins, in /tmp/hf_llama3_8b (the hf steps)
+  mkdir -p /tmp/hf_llama3_8b && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b
 }
 
 summary=()
@@ -178,16 +187,18 @@ for name in "$@"; do
         --tools memcheck,racecheck --split-k --where BK=256 --sample 4 \
         --shapes 17x24x520,129x136x1032,200x1000x1040 --timeout 190 \
         --out "$OUT/sanitize_wgmma_sm90_bk256_h200.json" ;;
-    hfsplit) mkdir -p /tmp/hf_llama3_8b \
-        && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b \
-        && step hfsplit 240 python3 benchmarks/hf_eager_split_h200.py \
+    hfsplit) hf_state && step hfsplit 240 python3 benchmarks/hf_eager_split_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" ;;
-    hfprofile) mkdir -p /tmp/hf_llama3_8b \
-        && tar -xzf benchmarks/state/hf_llama3_8b_state.tar.gz -C /tmp/hf_llama3_8b \
-        && step hfprofile 200 python3 benchmarks/hf_eager_profile_h200.py --rounds 41 --steps 4 \
+    hfprofile) hf_state && step hfprofile 200 python3 benchmarks/hf_eager_profile_h200.py --rounds 41 --steps 4 \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" ;;
+    fastcheck) hf_state && step fastcheck 150 python3 benchmarks/fastpath_check_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" ;;
+    hfllama) hf_state && step hfllama 300 python3 benchmarks/hf_llama_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" --budget-s 270 ;;
     wgmmacheck) step wgmmacheck 240 python3 benchmarks/wgmma_sm90_gpu_check.py --skip-perf \
         --commit "$TUNEFW_COMMIT" --out "$OUT/wgmma_sm90_gpu_check_${CHECK_TAG:-r5}_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;

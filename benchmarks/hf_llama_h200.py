@@ -47,6 +47,7 @@ from gpu_result import smi  # noqa: E402
 from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
+from tunefw.runtime import fastpath  # noqa: E402
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
@@ -134,6 +135,8 @@ def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inp
             out[f"{batch * tokens}x{n}x{k}"] = {
                 "input": [batch, tokens, k], "layers": names,
                 "type_patched": type(pair["tunefw.Linear"]).__name__,
+                # the input's route in the patched layer's compiled map (its calls are one C++ call)
+                "compiled_route": len(getattr(pair["tunefw.Linear"], "_fast", None) or ()) > 0,
                 **{name: {"enqueue_us": statistics.median(s[0] for s in v),
                           "wall_us": statistics.median(s[1] for s in v)} for name, v in samples.items()},
                 "enqueue_pairs_us": [[a[0], b[0]] for a, b in zip(samples["nn.Linear"],
@@ -363,7 +366,9 @@ def main() -> int:
            "transformers": transformers.__version__, "python": platform.python_version(),
            "table": str(args.table), "table_hash": table_hash(dispatcher.table),
            "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or ""),
-           "programmatic_launches": dispatcher.programmatic}
+           "programmatic_launches": dispatcher.programmatic,
+           # tunefw.Linear's compiled call path (tunefw/runtime/fastpath.py), built or not
+           "compiled_call_path": fastpath.module() is not None}
     if cuda:
         env.update(gpu=torch.cuda.get_device_name(), nvidia_smi_start=smi())
     report = {"label": "CPU smoke (torch.matmul; not a GPU result)" if args.cpu_smoke

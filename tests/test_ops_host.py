@@ -37,6 +37,13 @@ class Recording:
 
 
 @pytest.fixture
+def python_path(monkeypatch):
+    """The compiled call path off (as TUNEFW_FASTPATH=0 leaves it): the Python memo serves."""
+    from tunefw.runtime import fastpath
+    monkeypatch.setattr(fastpath, "_state", {"module": None, "tried": True})
+
+
+@pytest.fixture
 def recording():
     saved = dict(ops._state)
     fake = Recording()
@@ -187,7 +194,8 @@ class Settled(Recording):
         return None if (x.numel() // b.shape[1], b.shape[1]) in self.cached else False
 
 
-def test_a_settled_cublas_shape_is_f_linear_after_one_lookup_in_any_mode(recording, monkeypatch):
+def test_a_settled_cublas_shape_is_f_linear_after_one_lookup_in_any_mode(recording, monkeypatch,
+                                                                       python_path):
     settled = Settled()
     ops._state["dispatcher"] = settled
     linear_calls = []
@@ -215,13 +223,13 @@ def test_a_settled_cublas_shape_is_f_linear_after_one_lookup_in_any_mode(recordi
     assert copy.deepcopy(mine)._cublas is None and pickle.loads(pickle.dumps(mine))._cublas is None
 
 
-def test_unpatch_drops_the_memo_so_the_plain_module_pickles():
+def test_unpatch_drops_the_memo_so_the_plain_module_pickles(python_path):
     import pickle
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 8, dtype=torch.bfloat16))
     assert tunefw.patch(model).swapped == ["0"]
     layer, dispatcher = model[0], Settled()
-    layer._remember_cublas(dispatcher, torch.empty(4, 16))
+    layer._remember(dispatcher, torch.empty(4, 16), None)
     assert layer._cublas[0]() is dispatcher
     assert tunefw.unpatch(model) == ["0"] and "_cublas" not in model[0].__dict__
     assert type(pickle.loads(pickle.dumps(model))[0]) is torch.nn.Linear

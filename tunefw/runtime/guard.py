@@ -71,8 +71,9 @@ def enabled_by_env() -> bool:
 
 def default_cache_path() -> Path:
     """$TUNEFW_CACHE_DIR/guard.json, default ~/.cache/tunefw/guard.json."""
-    root = os.environ.get("TUNEFW_CACHE_DIR") or Path.home() / ".cache" / "tunefw"
-    return Path(root) / "guard.json"
+    from tunefw.cuda.compiler import cache_root
+
+    return cache_root(None) / "guard.json"
 
 
 def capturing() -> bool:

@@ -12,11 +12,14 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from tunefw.runtime import fastpath
 from tunefw.runtime.dispatch import DispatchTable
 from tunefw.runtime.dispatcher import Dispatcher
+from tunefw.runtime.plan import Plan
 
 ENV = "TUNEFW_DISPATCH"
 _state: dict = {"dispatcher": None, "env_read": False}
@@ -32,6 +35,7 @@ def set_dispatch(path_or_table: str | Path | DispatchTable | Dispatcher | None,
         dispatcher = Dispatcher(path_or_table, **options)
     with _lock:
         _state["dispatcher"], _state["env_read"] = dispatcher, True
+        fastpath.new_epoch()  # every layer's compiled routes were the old table's
     return dispatcher
 
 
@@ -111,20 +115,28 @@ class Linear(torch.nn.Linear):
     dispatcher's plan (cached per shape, dtype and device; the kernel reads a 3-D input's rows
     and writes C in its shape, no reshape either side), and a shape it routes to cuBLAS to
     ``F.linear`` again, bias fused (hf_llama_before_route_fix_h200.json measured the
-    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode). Such a
-    shape is remembered per layer and dispatcher, so its next calls are ``F.linear`` after one
-    set lookup, in any mode but tracing (cuBLAS is what the op would run too): the H200 measured
-    the checks before it at 1.7-3.7 us a call over ``nn.Linear`` (hf_llama_h200.json, host cost).
-    Under torch.compile, a dispatch mode, or with grad to record on a GPU, the op is called.
+    dispatcher's matmul + separate bias add at 0.92-0.98x of stock in eager decode).
+    Once a shape's route is settled, the layer remembers it: in its compiled route map
+    (tunefw/runtime/fastpath.py: its next eager calls are one C++ call, checks, allocation and
+    launch or ``at::linear``), else, for cuBLAS routes, in a Python memo of (shape, dtype). The
+    H200 measured the Python path's tuned calls at 48 us of host time against 27 us for
+    ``nn.Linear`` (hf_eager_split_h200.json). Under torch.compile, a dispatch mode, or with grad
+    to record on a GPU, the op is called.
     """
 
     _cublas: tuple | None = None  # (weakref to a dispatcher, {(x.shape, x.dtype)} it sent to cuBLAS)
+    _fast: Any = None  # the compiled route map (fastpath.routes()), made on the first settled route
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = self._parameters  # as nn.Linear registers them: no Module.__getattr__ per call
         w, bias = ((params["weight"], params["bias"]) if "weight" in params and "bias" in params
                    else (self.weight, self.bias))
         if not _is_compiling():
+            fast = self._fast
+            if fast is not None:
+                y = fast.forward(x, w, bias)
+                if y is not None:
+                    return y
             known = self._cublas
             if known is not None and known[0]() is _state["dispatcher"] \
                     and (x.shape, x.dtype) in known[1]:
@@ -137,8 +149,8 @@ class Linear(torch.nn.Linear):
                 plan = dispatcher.known_plan(x, w)  # by x's rows: no reshape to ask
                 if plan is False:  # the shape's first call: the route is resolved on 2-D rows
                     plan = dispatcher.plan_for(x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), w)
-                elif plan is None:  # an eager route settled on cuBLAS (not one made in capture)
-                    self._remember_cublas(dispatcher, x)
+                else:  # a route settled eagerly (not one made in capture): remembered
+                    self._remember(dispatcher, x, plan)
                 # the kernel reads x's rows and writes C in x's leading shape: no reshapes
                 y = None if plan is None else plan(x, w) if x.dim() == 2 else plan(x, w, x.shape[:-1])
                 if y is None:  # a cuBLAS route: nn.Linear's own call, bias fused by cuBLAS
@@ -150,16 +162,28 @@ class Linear(torch.nn.Linear):
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y + bias if bias is not None else y
 
-    def _remember_cublas(self, dispatcher: Dispatcher, x: torch.Tensor) -> None:
-        known = self._cublas
-        if known is None or known[0]() is not dispatcher:
-            known = self._cublas = (weakref.ref(dispatcher), set())
-        known[1].add((x.shape, x.dtype))
+    def _remember(self, dispatcher: Dispatcher, x: torch.Tensor, plan: Plan | None) -> None:
+        """Store x's settled route: in the compiled route map where there is one (a cuBLAS route
+        or a plan with a compiled launcher), else a cuBLAS route in the Python memo."""
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = fastpath.routes()
+        if fast is not None and plan is None:
+            fast.set_cublas(x)
+        elif fast is not None and plan.fast is not None:
+            fast.set_kernel(x, plan.fast)
+        elif plan is None:
+            known = self._cublas
+            if known is None or known[0]() is not dispatcher:
+                known = self._cublas = (weakref.ref(dispatcher), set())
+            known[1].add((x.shape, x.dtype))
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied without the cuBLAS memo (it names this process's dispatcher)."""
+        """Pickled and deep-copied without its routes (they name this process's dispatcher and
+        kernels)."""
         state = super().__getstate__()
         state.pop("_cublas", None)
+        state.pop("_fast", None)
         return state
 
     @classmethod

@@ -106,7 +106,8 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     for name, module in model.named_modules():
         if type(module) is Linear:
             module.__class__ = torch.nn.Linear
-            module.__dict__.pop("_cublas", None)  # tunefw.Linear's memo: a plain module pickles
+            for memo in ("_cublas", "_fast"):  # tunefw.Linear's routes: a plain module pickles
+                module.__dict__.pop(memo, None)
             restored.append(name)
     return restored
 

@@ -28,6 +28,7 @@ import torch
 
 from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
+from tunefw.runtime import fastpath
 from tunefw.runtime.dispatch import DispatchEntry
 from tunefw.runtime.env import switch
 from tunefw.templates.base import KernelTemplate, Launch
@@ -69,6 +70,22 @@ def pack(args: list[tuple[Any, Any]]) -> tuple[int, tuple]:
     return ctypes.addressof(array), (array, *keep)
 
 
+class ArgBuilder:
+    """A plan's argument buffers, one per operand address triple: (address, what keeps it alive,
+    the split-K workspace included). The compiled path calls it on a triple it has not met; it
+    holds no Plan, so a plan and its compiled launcher form no reference cycle."""
+
+    def __init__(self, template: KernelTemplate, config: dict, problem: GemmProblem,
+                 workspace: torch.Tensor | None) -> None:
+        self.template, self.config, self.problem, self.workspace = template, config, problem, workspace
+        self._ws_ptr = workspace.data_ptr() if workspace is not None else 0
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int) -> tuple[int, tuple]:
+        ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
+        address, keep = pack(self.template.kernel_args(self.config, self.problem, ptrs))
+        return address, (*keep, self.workspace)
+
+
 class Plan:
     """One (entry, shape, device): the loaded kernel, its geometry, workspace and argument buffers."""
 
@@ -88,21 +105,24 @@ class Plan:
         self._device = device
         self.workspace = (torch.zeros(launch.workspace_bytes, dtype=torch.uint8, device=device)
                           if launch.workspace_bytes else None)
-        self._ws_ptr = self.workspace.data_ptr() if self.workspace is not None else 0
+        self._build_args = ArgBuilder(template, entry.config, problem, self.workspace)
         self._args: dict[tuple[int, int, int], tuple[int, tuple]] = {}
         self._dims = (*launch.grid, *launch.block, launch.smem_bytes)
         self.programmatic = bool(programmatic and template.programmatic_launch)
         self._cluster = launch.cluster != (1, 1, 1)
         # cuLaunchKernelEx launches: CUlaunchConfig per (stream, programmatic)
         self._configs: dict[tuple[int, bool], Any] = {}
+        # the compiled launcher (tunefw/runtime/fastpath.py) of a plainly launched kernel
+        self.fast = None if self.programmatic or self._cluster else fastpath.kernel(
+            function, launch.grid, launch.block, launch.smem_bytes,
+            (problem.M, problem.N, problem.K), device.index, self._out_dtype, self._build_args)
 
     def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
         """The argument buffer's address for these operands (built once per address triple)."""
         key = (a_ptr, b_ptr, c_ptr)
         packed = self._args.get(key)
         if packed is None:
-            ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
-            packed = pack(self.template.kernel_args(self.entry.config, self.problem, ptrs))
+            packed = self._build_args(a_ptr, b_ptr, c_ptr)
             if len(self._args) >= ARG_SETS_KEPT:
                 self._args.clear()
             self._args[key] = packed
@@ -144,7 +164,13 @@ class Plan:
         (misaligned or not contiguous): the caller then uses torch.matmul. ``lead``: C's leading
         dimensions (their product is M; default (M,)), for an ``a`` of any rank whose rows are
         M x K in memory: a 3-D input gets its 3-D C without a reshape on either side.
-        ``programmatic=False``: a plain launch even where the plan launches programmatically."""
+        ``programmatic=False``: a plain launch even where the plan launches programmatically.
+        The compiled launcher serves first where the plan has one (C in a's leading shape)."""
+        fast = self.fast
+        if fast is not None:
+            c = fast.run(a, b)
+            if c is not None:
+                return c
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if (a_ptr | b_ptr) % ALIGN or not (a.is_contiguous() and b.is_contiguous()):
             return None

@@ -1,0 +1,249 @@
+"""The compiled call path (tunefw/runtime/fastpath.cpp), built for real on the CPU: a kernel's
+launch through a stand-in for cuLaunchKernel, a layer's route map, and tunefw.Linear over both."""
+from __future__ import annotations
+
+import ctypes
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tunefw
+from tunefw.runtime import fastpath, ops
+
+# CUresult cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, void** params, void** extra)
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+FUNCTION, GRID, BLOCK, SMEM = 0xF00D, (3, 2, 1), (384, 1, 1), 123456
+
+
+@pytest.fixture(scope="module")
+def mod():
+    built = fastpath.module()
+    assert built is not None, "the compiled call path did not build"
+    return built
+
+
+class Driver:
+    """A stand-in for cuLaunchKernel: records each launch, writes ``nbytes`` of 0x3F at C (the
+    third pointer of the argument buffer) and answers ``result`` (a CUresult)."""
+
+    def __init__(self, mod) -> None:
+        self.launches: list[tuple] = []
+        self.nbytes, self.result = 0, 0
+        self._fn = LAUNCH(self._launch)
+        mod.set_launcher(ctypes.cast(self._fn, ctypes.c_void_p).value)
+
+    def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        a, b, c = (ctypes.cast(params[i], ctypes.POINTER(ctypes.c_void_p))[0] for i in range(3))
+        self.launches.append((function, (gx, gy, gz), (bx, by, bz), smem, stream,
+                              ctypes.cast(params, ctypes.c_void_p).value, (a, b, c)))
+        if self.result == 0 and c:
+            ctypes.memset(c, 0x3F, self.nbytes)
+        return self.result
+
+
+class Builder:
+    """A plan's argument builder: three pointer slots (a, b, c), counted per triple."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, a: int, b: int, c: int):
+        self.calls.append((a, b, c))
+        slots = [ctypes.c_void_p(p) for p in (a, b, c)]
+        array = (ctypes.c_void_p * 3)(*(ctypes.addressof(s) for s in slots))
+        return ctypes.addressof(array), (array, *slots)
+
+
+@pytest.fixture
+def driver(mod, monkeypatch):
+    d = Driver(mod)
+    yield d
+    mod.set_launcher(0)
+
+
+def kernel(mod, M=6, N=8, K=16, dtype=torch.bfloat16, builder=None):
+    return mod.Kernel(FUNCTION, GRID, BLOCK, SMEM, (M, N, K), -1, dtype, builder or Builder())
+
+
+def test_a_kernel_launches_once_per_call_with_its_geometry_and_cached_arguments(mod, driver):
+    builder = Builder()
+    k = kernel(mod, builder=builder)
+    a, b = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
+    driver.nbytes = 6 * 8 * 2
+    outs = [k.run(a, b) for _ in range(3)]
+    assert [tuple(c.shape) for c in outs] == [(2, 3, 8)] * 3  # C in a's leading shape
+    written = torch.tensor([0x3F3F], dtype=torch.int16).view(torch.bfloat16)
+    assert all(c.dtype == torch.bfloat16 and torch.equal(c, written.expand(2, 3, 8)) for c in outs)
+    assert [launch[:5] for launch in driver.launches] == [(FUNCTION, GRID, BLOCK, SMEM, None)] * 3
+    triples = [(a.data_ptr(), b.data_ptr(), c.data_ptr()) for c in outs]
+    assert [launch[6] for launch in driver.launches] == triples  # the operands' own addresses
+    assert builder.calls == list(dict.fromkeys(triples))  # built once per distinct triple
+    assert k.arg_sets == len(set(triples))
+    again = k.run(a, b)  # a triple met before: its buffer, not a new one
+    seen = {t: launch[5] for t, launch in zip(triples, driver.launches)}
+    triple = (a.data_ptr(), b.data_ptr(), again.data_ptr())
+    if triple in seen:
+        assert driver.launches[-1][5] == seen[triple] and len(builder.calls) == len(set(triples))
+
+
+def test_a_kernel_declines_what_it_cannot_read(mod, driver):
+    k = kernel(mod)
+    a, b = torch.randn(6, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
+    flat = torch.randn(6 * 16 + 8, dtype=torch.bfloat16)
+    assert k.run(flat[1:97].view(6, 16), b) is None  # 2 bytes off 16-byte alignment
+    assert k.run(torch.randn(16, 6, dtype=torch.bfloat16).t(), b) is None  # not contiguous
+    assert k.run(a.half(), b.half()) is None  # another dtype
+    assert k.run(torch.randn(5, 16, dtype=torch.bfloat16), b) is None  # other rows than its M
+    assert k.run(a, torch.randn(9, 16, dtype=torch.bfloat16)) is None  # other N
+    assert driver.launches == []
+    driver.result = 201  # CUDA_ERROR_INVALID_CONTEXT: the Python launch retries its own way
+    assert k.run(a, b) is None and len(driver.launches) == 1
+
+
+def test_without_a_launcher_a_kernel_launches_nothing(mod):
+    mod.set_launcher(0)
+    assert not mod.has_launcher()
+    assert kernel(mod).run(torch.randn(6, 16, dtype=torch.bfloat16),
+                           torch.randn(8, 16, dtype=torch.bfloat16)) is None
+
+
+def test_a_cublas_route_is_f_linear_bit_for_bit_and_only_for_its_shape(mod):
+    routes = fastpath.routes()
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(32, 24, dtype=torch.bfloat16)
+    x = torch.randn(2, 5, 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert routes.forward(x, layer.weight, layer.bias) is None  # no route yet
+        routes.set_cublas(x)
+        assert len(routes) == 1
+        y = routes.forward(x, layer.weight, layer.bias)
+        assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
+        assert torch.equal(routes.forward(x, layer.weight, None), F.linear(x, layer.weight))
+        assert routes.forward(x[0], layer.weight, layer.bias) is None  # another shape
+        assert routes.forward(x.float(), layer.weight.float(), None) is None  # another dtype
+
+
+def test_routes_decline_grad_subclasses_and_modes(mod):
+    from torch.overrides import TorchFunctionMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    routes = fastpath.routes()
+    layer = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+    routes.set_cublas(x)
+    assert routes.forward(x, layer.weight, None) is None  # the weight records grad
+    with torch.no_grad():
+        assert routes.forward(x, layer.weight, None) is not None
+        class Sub(torch.Tensor):
+            pass
+        assert routes.forward(x.as_subclass(Sub), layer.weight, None) is None  # a subclass
+        with FlopCounterMode(display=False):
+            assert routes.forward(x, layer.weight, None) is None
+        with TorchFunctionMode():
+            assert routes.forward(x, layer.weight, None) is None
+
+
+def test_a_new_table_clears_every_layers_routes(mod, serve):
+    routes = fastpath.routes()
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    routes.set_cublas(x)
+    with torch.no_grad():
+        assert routes.forward(x, w, None) is not None
+        ops.set_dispatch(None)
+        assert routes.forward(x, w, None) is None and len(routes) == 0
+
+
+class KernelDispatcher:
+    """A dispatcher whose one plan carries a compiled kernel: ``known_plan`` answers it once the
+    shape was resolved; the Python plan itself counts its calls."""
+
+    def __init__(self, fast) -> None:
+        self.fast, self.python_calls, self.resolved = fast, 0, set()
+
+    def __call__(self, a, b, lead=None):
+        self.python_calls += 1
+        c = torch.empty(*(lead if lead is not None else a.shape[:-1]), b.shape[0], device=a.device)
+        return c.zero_()
+
+    def plan_for(self, a, b):
+        self.resolved.add(tuple(a.shape))
+        return self
+
+    def known_plan(self, x, b):
+        return self if (x.numel() // b.shape[1], b.shape[1]) in self.resolved else False
+
+
+@pytest.fixture
+def serve():
+    """serve(dispatcher): make it the process-wide one for the test; the saved state after."""
+    saved = dict(ops._state)
+    yield lambda dispatcher: ops._state.update(dispatcher=dispatcher, env_read=True)
+    ops._state.clear()
+    ops._state.update(saved)
+
+
+def four_calls(layer) -> list[tuple]:
+    """Four eager calls on a meta input (meta stands in for CUDA: the CPU shortcut skips it)."""
+    x = torch.empty(2, 3, 16, device="meta")
+    with torch.no_grad():
+        return [tuple(layer(x).shape) for _ in range(4)]
+
+
+def test_linear_serves_a_settled_kernel_route_in_one_compiled_call(mod, driver, serve):
+    k = mod.Kernel(FUNCTION, GRID, BLOCK, SMEM, (6, 8, 16), -1, torch.float32, Builder())
+    plan = KernelDispatcher(k)
+    serve(plan)
+    layer = tunefw.Linear(16, 8, device="meta")
+    assert four_calls(layer) == [(2, 3, 8)] * 4
+    # resolved, settled (remembered): the plan's calls; then the compiled kernel's alone
+    assert plan.python_calls == 2 and len(driver.launches) == 2
+    assert len(layer._fast) == 1
+    assert pickle.loads(pickle.dumps(layer))._fast is None  # routes stay in this process
+    model = torch.nn.Sequential(layer)
+    assert tunefw.unpatch(model) == ["0"] and "_fast" not in model[0].__dict__
+
+
+class CublasDispatcher:
+    """A dispatcher that routes every shape to cuBLAS; ``known_plan`` answers None (settled)
+    once the shape was resolved; it counts how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked, self.resolved = 0, set()
+
+    def plan_for(self, a, b):
+        self.resolved.add(tuple(a.shape))
+
+    def known_plan(self, x, b):
+        self.asked += 1
+        return None if (x.numel() // b.shape[1], b.shape[1]) in self.resolved else False
+
+
+def test_linear_serves_a_settled_cublas_route_without_python(mod, monkeypatch, serve):
+    linear_calls = []
+    monkeypatch.setattr(ops, "_linear", lambda x, w, b: linear_calls.append(x.shape) or
+                        torch.empty(*x.shape[:-1], w.shape[0], device=x.device))
+    dispatcher = CublasDispatcher()
+    serve(dispatcher)
+    layer = tunefw.Linear(16, 8, device="meta")
+    assert four_calls(layer) == [(2, 3, 8)] * 4
+    # resolved, settled (remembered), then at::linear from C++: no Python lookup, no F.linear
+    assert (dispatcher.asked, len(linear_calls), len(layer._fast)) == (2, 2, 1)
+    assert layer._cublas is None  # the Python memo is for when the compiled path is off
+
+
+def test_the_compiled_path_is_off_by_environment_and_after_a_failed_build(monkeypatch, tmp_path):
+    monkeypatch.setattr(fastpath, "_state", {"module": None, "tried": False})
+    monkeypatch.setenv("TUNEFW_FASTPATH", "0")
+    assert fastpath.module() is None and fastpath.routes() is None
+    monkeypatch.setattr(fastpath, "_state", {"module": None, "tried": False})
+    monkeypatch.delenv("TUNEFW_FASTPATH")
+    broken = tmp_path / "fastpath.cpp"
+    broken.write_text("#error not C++ tunefw can build\n")
+    monkeypatch.setattr(fastpath, "SOURCE", broken)
+    monkeypatch.setenv("TUNEFW_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.warns(RuntimeWarning, match="compiled call path could not be built"):
+        assert fastpath.module() is None
+    assert fastpath.module() is None  # tried once: no second build, no second warning

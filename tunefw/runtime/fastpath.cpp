@@ -1,0 +1,207 @@
+// tunefw's compiled call path (built on first use by tunefw/runtime/fastpath.py).
+//
+// In a host-bound eager model every Python operation of a GEMM call costs: the H200's host spent
+// 28 us in a tuned call's Plan.__call__ (15 of them in cuda-bindings' launch) and 20 more in
+// tunefw.Linear's checks, against 27 us for nn.Linear's whole call (hf_eager_split_h200.json).
+// Here one C++ call does what those do once a layer has met a shape: the checks, the output
+// allocation, the argument buffer lookup and the launch (cuLaunchKernel through a function
+// pointer the Python side hands over), or F.linear's own at::linear for a cuBLAS route.
+#include <ATen/ATen.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/python.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// CUresult cuLaunchKernel(CUfunction, gx, gy, gz, bx, by, bz, smem, CUstream, void**, void**)
+using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void*, void**, void**);
+LaunchFn g_launch = nullptr;
+uint64_t g_epoch = 0;  // bumped when the process-wide dispatcher changes: every route map resets
+constexpr int64_t kAlign = 16;
+constexpr size_t kArgSetsKept = 4096;
+
+struct Triple {
+  uintptr_t a, b, c;
+  bool operator==(const Triple& o) const { return a == o.a && b == o.b && c == o.c; }
+};
+struct TripleHash {
+  size_t operator()(const Triple& t) const {
+    return std::hash<uintptr_t>()(t.a) ^ (std::hash<uintptr_t>()(t.b) * 31) ^
+           (std::hash<uintptr_t>()(t.c) * 1000003);
+  }
+};
+
+bool servable(const at::Tensor& t) {
+  return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % kAlign == 0;
+}
+
+// One plan's kernel: its function, geometry, problem and argument buffers by address.
+class Kernel {
+ public:
+  Kernel(uintptr_t function, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+         unsigned smem, std::array<int64_t, 3> mnk, int device, at::ScalarType dtype,
+         py::object build_args)
+      : function_(reinterpret_cast<void*>(function)), grid_(grid), block_(block), smem_(smem),
+        m_(mnk[0]), n_(mnk[1]), k_(mnk[2]), device_(device), dtype_(dtype),
+        build_args_(std::move(build_args)) {}
+
+  // C = a @ b.T in a's leading shape (a's rows M x K, b N x K), or an undefined tensor when the
+  // kernel cannot read them or the driver refuses the launch (the Python path then decides).
+  at::Tensor run(const at::Tensor& a, const at::Tensor& b) {
+    if (g_launch == nullptr || a.scalar_type() != dtype_ || b.scalar_type() != dtype_ || !servable(a) || !servable(b) ||
+        a.get_device() != device_ || b.get_device() != device_ || a.dim() < 1 || b.dim() != 2 ||
+        a.size(-1) != k_ || b.size(0) != n_ || b.size(1) != k_ || a.numel() != m_ * k_) {
+      return at::Tensor();
+    }
+    auto sizes = a.sizes().vec();
+    sizes.back() = n_;
+    at::Tensor c = at::empty(sizes, a.options());
+    void** params = args(a, b, c);
+    void* stream = nullptr;
+    if (a.is_cuda()) {
+      c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+      stream = impl.getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
+    }
+    int err = g_launch(function_, grid_[0], grid_[1], grid_[2], block_[0], block_[1], block_[2],
+                       smem_, stream, params, nullptr);
+    return err == 0 ? c : at::Tensor();  // e.g. no context current on this thread
+  }
+
+  size_t arg_sets() const { return args_.size(); }
+
+ private:
+  void** args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+    Triple key{reinterpret_cast<uintptr_t>(a.data_ptr()), reinterpret_cast<uintptr_t>(b.data_ptr()),
+               reinterpret_cast<uintptr_t>(c.data_ptr())};
+    auto it = args_.find(key);
+    if (it != args_.end()) return it->second.first;
+    // (address of the void** buffer, what keeps it alive), built by the Python plan
+    py::tuple built = build_args_(key.a, key.b, key.c);
+    if (args_.size() >= kArgSetsKept) args_.clear();
+    void** params = reinterpret_cast<void**>(built[0].cast<uintptr_t>());
+    args_.emplace(key, std::make_pair(params, py::object(built[1])));
+    return params;
+  }
+
+  void* function_;
+  std::array<unsigned, 3> grid_, block_;
+  unsigned smem_;
+  int64_t m_, n_, k_;
+  int device_;
+  at::ScalarType dtype_;
+  py::object build_args_;
+  std::unordered_map<Triple, std::pair<void**, py::object>, TripleHash> args_;
+};
+
+// A layer's routes by input shape: cuBLAS (at::linear) or a Kernel; misses go back to Python.
+struct Key {
+  std::vector<int64_t> sizes;
+  int8_t dtype;
+  int8_t device;
+  bool operator==(const Key& o) const {
+    return dtype == o.dtype && device == o.device && sizes == o.sizes;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = std::hash<int>()(k.dtype * 131 + k.device);
+    for (auto s : k.sizes) h = h * 1000003 ^ std::hash<int64_t>()(s);
+    return h;
+  }
+};
+
+Key key_of(const at::Tensor& x) {
+  return Key{x.sizes().vec(), static_cast<int8_t>(x.scalar_type()),
+             static_cast<int8_t>(x.get_device())};
+}
+
+class Routes {
+ public:
+  // Plain tensors only (THPVariable_CheckExact: a Tensor or a Parameter, no other subclass).
+
+  // The layer's output, or None where Python must decide (a new shape, grad to record, a
+  // tensor subclass, a dispatch or torch function mode, another table since the route was stored).
+  py::object forward(py::handle x_obj, py::handle w_obj, py::handle bias_obj) {
+    if (epoch_ != g_epoch) {
+      routes_.clear();
+      epoch_ = g_epoch;
+      return py::none();
+    }
+    if (!THPVariable_CheckExact(x_obj.ptr()) || !THPVariable_CheckExact(w_obj.ptr()) ||
+        c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
+        at::impl::PythonTorchFunctionTLS::stack_len() > 0) {
+      return py::none();
+    }
+    const at::Tensor& x = THPVariable_Unpack(x_obj.ptr());
+    const at::Tensor& w = THPVariable_Unpack(w_obj.ptr());
+    if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad())) return py::none();
+    auto it = routes_.find(key_of(x));
+    if (it == routes_.end()) return py::none();
+    c10::optional<at::Tensor> bias;
+    if (!bias_obj.is_none()) {
+      if (!THPVariable_CheckExact(bias_obj.ptr())) return py::none();
+      bias = THPVariable_Unpack(bias_obj.ptr());
+    }
+    at::Tensor y;
+    if (!it->second) {
+      y = at::linear(x, w, bias);
+    } else {
+      y = it->second->run(x, w);
+      if (y.defined() && bias) y.add_(*bias);
+    }
+    if (!y.defined()) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
+  }
+
+  void set_cublas(const at::Tensor& x) { store(x, nullptr); }
+  void set_kernel(const at::Tensor& x, std::shared_ptr<Kernel> kernel) { store(x, std::move(kernel)); }
+  size_t size() const { return routes_.size(); }
+
+ private:
+  void store(const at::Tensor& x, std::shared_ptr<Kernel> kernel) {
+    if (epoch_ != g_epoch) {
+      routes_.clear();
+      epoch_ = g_epoch;
+    }
+    routes_[key_of(x)] = std::move(kernel);
+  }
+
+  uint64_t epoch_ = g_epoch;
+  std::unordered_map<Key, std::shared_ptr<Kernel>, KeyHash> routes_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "tunefw's compiled call path (tunefw/runtime/fastpath.py)";
+  m.def("set_launcher", [](uintptr_t fn) { g_launch = reinterpret_cast<LaunchFn>(fn); },
+        "The address of cuLaunchKernel (or a stand-in with its signature).");
+  m.def("has_launcher", []() { return g_launch != nullptr; });
+  m.def("new_epoch", []() { ++g_epoch; }, "Forget every layer's routes (another table).");
+  py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
+      .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>, unsigned,
+                    std::array<int64_t, 3>, int, at::ScalarType, py::object>())
+      .def("run", [](Kernel& k, const at::Tensor& a, const at::Tensor& b) -> py::object {
+        at::Tensor c = k.run(a, b);
+        if (!c.defined()) return py::none();
+        return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(c)));
+      })
+      .def_property_readonly("arg_sets", &Kernel::arg_sets);
+  py::class_<Routes>(m, "Routes")
+      .def(py::init<>())
+      .def("forward", &Routes::forward)
+      .def("set_cublas", &Routes::set_cublas)
+      .def("set_kernel", &Routes::set_kernel)
+      .def("__len__", &Routes::size);
+}

@@ -1,0 +1,103 @@
+"""The compiled call path: once a tunefw.Linear has met an input shape, each of its eager calls
+is one C++ call (tunefw/runtime/fastpath.cpp) that checks the operands, allocates C, finds the
+kernel's argument buffer and launches it, or runs F.linear's own ``at::linear`` for a cuBLAS
+route; a Plan launches through the same code (``tunefw.gemm``).
+
+Why: an eager model step is host-bound, and there every Python operation counts. In a patched
+HF Llama on the H200 a tuned call cost 28 us in Plan.__call__ (15 of them in cuda-bindings'
+launch) and 20 more in tunefw.Linear's checks, against 27 us for all of nn.Linear's call
+(benchmarks/results/hf_eager_split_h200.json): decode b64 ran 0.94x stock eagerly.
+
+Built on first use with torch.utils.cpp_extension (a C++ compiler and ninja; about 25 s on two
+cores, once per source and torch version, in ``$TUNEFW_CACHE_DIR/fastpath``, default
+``~/.cache/tunefw/fastpath``). Off with ``TUNEFW_FASTPATH=0``, and wherever it cannot be built
+(one warning): the Python path serves then, as it does for what the C++ path declines (new
+shapes, grad to record, tensor subclasses, dispatch modes, clusters, programmatic launches,
+operands a kernel cannot read, a launch the driver refuses).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from tunefw.runtime.env import switch
+
+ENV = "TUNEFW_FASTPATH"
+SOURCE = Path(__file__).with_name("fastpath.cpp")
+_state: dict[str, Any] = {"module": None, "tried": False}
+_lock = threading.Lock()
+
+
+def enabled_by_env() -> bool:
+    """False when $TUNEFW_FASTPATH turns the compiled path off (0, false, no, off)."""
+    return switch(ENV)
+
+
+def build_root() -> Path:
+    """$TUNEFW_CACHE_DIR/fastpath, default ~/.cache/tunefw/fastpath."""
+    from tunefw.cuda.compiler import cache_root
+
+    return cache_root(None) / "fastpath"
+
+
+def module() -> Any | None:
+    """The compiled module (built on first use), or None where it is off or cannot be built."""
+    if not _state["tried"]:
+        with _lock:
+            if not _state["tried"]:
+                _state["module"] = _build() if enabled_by_env() else None
+                _state["tried"] = True
+    return _state["module"]
+
+
+def _build() -> Any | None:
+    try:
+        from torch.utils import cpp_extension
+
+        digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:16]
+        where = build_root() / digest
+        where.mkdir(parents=True, exist_ok=True)
+        return cpp_extension.load(name=f"tunefw_fastpath_{digest}", sources=[str(SOURCE)],
+                                  build_directory=str(where), extra_cflags=["-O2"], verbose=False)
+    except Exception as exc:  # no compiler, no ninja, other headers: the Python path serves
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        warnings.warn(f"tunefw: the compiled call path could not be built ({first[:200]}): "
+                      f"tunefw.Linear and tunefw.gemm use their Python path", RuntimeWarning,
+                      stacklevel=3)
+        return None
+
+
+def kernel(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
+           mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
+           build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
+    """A compiled launcher of one plainly launched kernel (``function``: its CUfunction), or None
+    where the compiled path is off (the Python launch serves). ``build_args(a, b, c)`` gives the
+    argument buffer of an operand address triple: (its address, what keeps it alive)."""
+    mod = module()
+    if mod is None:
+        return None
+    if not mod.has_launcher():
+        from tunefw.cuda.driver import launch_kernel_address
+
+        address = launch_kernel_address()
+        if address is None:
+            return None
+        mod.set_launcher(address)
+    return mod.Kernel(int(function), grid, block, smem, mnk, device, dtype, build_args)
+
+
+def routes() -> Any | None:
+    """An empty route map for one layer (None where the compiled path is off)."""
+    mod = module()
+    return None if mod is None else mod.Routes()
+
+
+def new_epoch() -> None:
+    """Every layer forgets its routes (the process-wide table changed); no build for it."""
+    if _state["module"] is not None:
+        _state["module"].new_epoch()

@@ -146,14 +146,40 @@ def test_routes_decline_grad_subclasses_and_modes(mod):
             assert routes.forward(x, layer.weight, None) is None
 
 
-def test_a_new_table_clears_every_layers_routes(mod, serve):
+class CublasDispatcher:
+    """A dispatcher that routes every shape to cuBLAS; ``known_plan`` answers None (settled)
+    once the shape was resolved; it counts how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked, self.resolved = 0, set()
+
+    def plan_for(self, a, b):
+        self.resolved.add(tuple(a.shape))
+
+    def known_plan(self, x, b):
+        self.asked += 1
+        return None if (x.numel() // b.shape[1], b.shape[1]) in self.resolved else False
+
+
+def test_routes_belong_to_the_table_they_were_settled_under(mod, serve):
     routes = fastpath.routes()
     x, w = torch.randn(4, 16), torch.randn(8, 16)
-    routes.set_cublas(x)
+    first, second = CublasDispatcher(), CublasDispatcher()
     with torch.no_grad():
+        serve(first)
+        routes.set_cublas(x)
         assert routes.forward(x, w, None) is not None
-        ops.set_dispatch(None)
+        serve(second)  # another table: none of the first's routes, Python decides
         assert routes.forward(x, w, None) is None and len(routes) == 0
+        ops.set_dispatch(None)
+        assert routes.forward(x, w, None) is None
+        serve(first)  # back: its routes serve again, nothing to re-learn
+        assert routes.forward(x, w, None) is not None and len(routes) == 1
+        for _ in range(4):  # a layer keeps four tables' routes: the oldest goes
+            serve(CublasDispatcher())
+            routes.set_cublas(x)
+        serve(first)
+        assert routes.forward(x, w, None) is None
 
 
 class KernelDispatcher:
@@ -179,10 +205,15 @@ class KernelDispatcher:
 @pytest.fixture
 def serve():
     """serve(dispatcher): make it the process-wide one for the test; the saved state after."""
+    def make(dispatcher) -> None:  # as set_dispatch does it, for stand-ins of a Dispatcher too
+        ops._state.update(dispatcher=dispatcher, env_read=True)
+        fastpath.serve(dispatcher)
+
     saved = dict(ops._state)
-    yield lambda dispatcher: ops._state.update(dispatcher=dispatcher, env_read=True)
+    yield make
     ops._state.clear()
     ops._state.update(saved)
+    fastpath.serve(saved["dispatcher"])
 
 
 def four_calls(layer) -> list[tuple]:
@@ -204,21 +235,6 @@ def test_linear_serves_a_settled_kernel_route_in_one_compiled_call(mod, driver, 
     assert pickle.loads(pickle.dumps(layer))._fast is None  # routes stay in this process
     model = torch.nn.Sequential(layer)
     assert tunefw.unpatch(model) == ["0"] and "_fast" not in model[0].__dict__
-
-
-class CublasDispatcher:
-    """A dispatcher that routes every shape to cuBLAS; ``known_plan`` answers None (settled)
-    once the shape was resolved; it counts how often it is asked."""
-
-    def __init__(self) -> None:
-        self.asked, self.resolved = 0, set()
-
-    def plan_for(self, a, b):
-        self.resolved.add(tuple(a.shape))
-
-    def known_plan(self, x, b):
-        self.asked += 1
-        return None if (x.numel() // b.shape[1], b.shape[1]) in self.resolved else False
 
 
 def test_linear_serves_a_settled_cublas_route_without_python(mod, monkeypatch, serve):

@@ -27,7 +27,10 @@ namespace {
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
 LaunchFn g_launch = nullptr;
-uint64_t g_epoch = 0;  // bumped when the process-wide dispatcher changes: every route map resets
+// The table (dispatcher) serving now, by serial: a layer's routes are kept per table, so that
+// switching tables (and back) never serves one table's route for another's.
+uint64_t g_table = 0;
+constexpr size_t kTablesKept = 4;  // route maps a layer keeps (the oldest goes)
 constexpr int64_t kAlign = 16;
 constexpr size_t kArgSetsKept = 4096;
 
@@ -126,28 +129,26 @@ Key key_of(const at::Tensor& x) {
              static_cast<int8_t>(x.get_device())};
 }
 
+using RouteMap = std::unordered_map<Key, std::shared_ptr<Kernel>, KeyHash>;
+
 class Routes {
  public:
-  // Plain tensors only (THPVariable_CheckExact: a Tensor or a Parameter, no other subclass).
-
-  // The layer's output, or None where Python must decide (a new shape, grad to record, a
-  // tensor subclass, a dispatch or torch function mode, another table since the route was stored).
+  // The layer's output, or None where Python must decide: a shape without a route under the
+  // table serving now, grad to record, a tensor subclass (THPVariable_CheckExact: a Tensor or a
+  // Parameter), a dispatch or torch function mode.
   py::object forward(py::handle x_obj, py::handle w_obj, py::handle bias_obj) {
-    if (epoch_ != g_epoch) {
-      routes_.clear();
-      epoch_ = g_epoch;
-      return py::none();
-    }
     if (!THPVariable_CheckExact(x_obj.ptr()) || !THPVariable_CheckExact(w_obj.ptr()) ||
         c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
         at::impl::PythonTorchFunctionTLS::stack_len() > 0) {
       return py::none();
     }
+    const RouteMap* routes = current();
+    if (routes == nullptr) return py::none();
     const at::Tensor& x = THPVariable_Unpack(x_obj.ptr());
     const at::Tensor& w = THPVariable_Unpack(w_obj.ptr());
     if (at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad())) return py::none();
-    auto it = routes_.find(key_of(x));
-    if (it == routes_.end()) return py::none();
+    auto it = routes->find(key_of(x));
+    if (it == routes->end()) return py::none();
     c10::optional<at::Tensor> bias;
     if (!bias_obj.is_none()) {
       if (!THPVariable_CheckExact(bias_obj.ptr())) return py::none();
@@ -166,19 +167,30 @@ class Routes {
 
   void set_cublas(const at::Tensor& x) { store(x, nullptr); }
   void set_kernel(const at::Tensor& x, std::shared_ptr<Kernel> kernel) { store(x, std::move(kernel)); }
-  size_t size() const { return routes_.size(); }
-
- private:
-  void store(const at::Tensor& x, std::shared_ptr<Kernel> kernel) {
-    if (epoch_ != g_epoch) {
-      routes_.clear();
-      epoch_ = g_epoch;
-    }
-    routes_[key_of(x)] = std::move(kernel);
+  // Routes under the table serving now.
+  size_t size() const {
+    const RouteMap* routes = current();
+    return routes == nullptr ? 0 : routes->size();
   }
 
-  uint64_t epoch_ = g_epoch;
-  std::unordered_map<Key, std::shared_ptr<Kernel>, KeyHash> routes_;
+ private:
+  const RouteMap* current() const {
+    for (const auto& t : tables_) {
+      if (t.first == g_table) return &t.second;
+    }
+    return nullptr;
+  }
+  void store(const at::Tensor& x, std::shared_ptr<Kernel> kernel) {
+    auto* routes = const_cast<RouteMap*>(current());
+    if (routes == nullptr) {
+      if (tables_.size() >= kTablesKept) tables_.erase(tables_.begin());
+      tables_.emplace_back(g_table, RouteMap());
+      routes = &tables_.back().second;
+    }
+    (*routes)[key_of(x)] = std::move(kernel);
+  }
+
+  std::vector<std::pair<uint64_t, RouteMap>> tables_;  // (table serial, its routes), oldest first
 };
 
 }  // namespace
@@ -188,7 +200,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_launcher", [](uintptr_t fn) { g_launch = reinterpret_cast<LaunchFn>(fn); },
         "The address of cuLaunchKernel (or a stand-in with its signature).");
   m.def("has_launcher", []() { return g_launch != nullptr; });
-  m.def("new_epoch", []() { ++g_epoch; }, "Forget every layer's routes (another table).");
+  m.def("set_table", [](uint64_t serial) { g_table = serial; },
+        "The serial of the table serving now: layers serve the routes they settled under it.");
   py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
       .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>, unsigned,
                     std::array<int64_t, 3>, int, at::ScalarType, py::object>())

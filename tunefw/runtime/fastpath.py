@@ -18,8 +18,10 @@ operands a kernel cannot read, a launch the driver refuses).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,7 +31,9 @@ from tunefw.runtime.env import switch
 
 ENV = "TUNEFW_FASTPATH"
 SOURCE = Path(__file__).with_name("fastpath.cpp")
-_state: dict[str, Any] = {"module": None, "tried": False}
+_state: dict[str, Any] = {"module": None, "tried": False, "serial": 0}
+_serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dispatcher -> its serial
+_counter = itertools.count(1)
 _lock = threading.Lock()
 
 
@@ -51,6 +55,8 @@ def module() -> Any | None:
         with _lock:
             if not _state["tried"]:
                 _state["module"] = _build() if enabled_by_env() else None
+                if _state["module"] is not None:
+                    _state["module"].set_table(_state["serial"])
                 _state["tried"] = True
     return _state["module"]
 
@@ -97,7 +103,15 @@ def routes() -> Any | None:
     return None if mod is None else mod.Routes()
 
 
-def new_epoch() -> None:
-    """Every layer forgets its routes (the process-wide table changed); no build for it."""
+def serve(dispatcher: Any) -> None:
+    """Layers serve the routes they settled under ``dispatcher`` from now on (None: no table).
+    Each dispatcher has its own serial, so switching tables and back keeps every layer's routes
+    per table (a layer keeps four tables' routes); no build for it."""
+    serial = 0
+    if dispatcher is not None:
+        serial = _serials.get(dispatcher)
+        if serial is None:
+            serial = _serials[dispatcher] = next(_counter)
+    _state["serial"] = serial
     if _state["module"] is not None:
-        _state["module"].new_epoch()
+        _state["module"].set_table(serial)

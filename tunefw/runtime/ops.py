@@ -35,7 +35,7 @@ def set_dispatch(path_or_table: str | Path | DispatchTable | Dispatcher | None,
         dispatcher = Dispatcher(path_or_table, **options)
     with _lock:
         _state["dispatcher"], _state["env_read"] = dispatcher, True
-        fastpath.new_epoch()  # every layer's compiled routes were the old table's
+        fastpath.serve(dispatcher)  # layers serve the compiled routes settled under this one
     return dispatcher
 
 
@@ -46,6 +46,7 @@ def get_dispatcher() -> Dispatcher | None:
             if not _state["env_read"]:
                 path = os.environ.get(ENV)
                 _state["dispatcher"] = Dispatcher(path) if path else None
+                fastpath.serve(_state["dispatcher"])
                 _state["env_read"] = True
                 if not path:
                     warnings.warn(f"tunefw: no dispatch table set (tunefw.set_dispatch(path) or "

@@ -9,7 +9,9 @@ patched with the study's table, patched with the same table but its wgmma_sm90 e
 cuBLAS routes (``nowgmma``), and patched over an empty table (every GEMM a cuBLAS route through
 tunefw.Linear); and the patched model's own steps with its tuned kernels not launched
 (``nolaunch``: the same plans, arguments and outputs, no cuLaunchKernel; its logits are garbage),
-which leaves the driver's launch out of the comparison. Every model's linear layers are timed on the host (a perf_counter around each
+which leaves the driver's launch out of the comparison (the compiled call path launches without
+Plan.launch: there ``nolaunch`` is the patched model); and a copy of stock whose nn.Linear layers
+are a plain subclass of it (``subclass``: the class alone, the forward unchanged). Every model's linear layers are timed on the host (a perf_counter around each
 forward, the same wrapper on nn.Linear and tunefw.Linear) and the tuned launches apart
 (Plan.__call__), so a step's extra time is either in its GEMM calls or outside them.
 
@@ -42,6 +44,10 @@ from tunefw.runtime.dispatch import apply_min_ratio, load  # noqa: E402
 
 NS = {"linear": 0, "tuned": 0, "calls": 0, "tuned_calls": 0}  # host ns inside forwards / launches
 SKIP_LAUNCH = [False]  # the nolaunch steps: Plan.launch returns at once
+
+
+class PlainSubclass(torch.nn.Linear):
+    """nn.Linear under another class, nothing else: does the class alone cost host time?"""
 
 
 def _instrument() -> None:
@@ -118,10 +124,14 @@ def main() -> int:
               "patched": tunefw.Dispatcher(table, cubin_dir=args.cubins),
               "nowgmma": tunefw.Dispatcher(nowgmma, cubin_dir=args.cubins),
               "cublas": tunefw.Dispatcher(dataclasses.replace(table, entries=[], evidence=[]))}
+    tables["subclass"] = None
     models = {name: stock if name == "stock" else twin(stock) for name in tables}
     for name, dispatcher in tables.items():
         if dispatcher is not None:
             tunefw.patch(models[name], dispatcher)
+    for layer in models["subclass"].modules():  # nn.Linear's own forward in another class
+        if type(layer) is torch.nn.Linear:
+            layer.__class__ = PlainSubclass
     cases = {"decode b=64": lambda m: Decode(m, stock, 64, 512, torch.Generator().manual_seed(64)),
              "prefill 512": lambda m: Prefill(m, 512, torch.Generator().manual_seed(512))}
     report = {**gpu_result.report_header("benchmarks/hf_eager_split_h200.py", args.commit),

@@ -59,7 +59,7 @@ def check_shape(dispatcher, m: int, n: int, k: int, lead: tuple[int, ...], calls
     plan = dispatcher.plan_for(x.reshape(-1, k), layer.weight)
     if plan is None or plan.fast is None:
         return {**row, "compiled": False, "why": "cuBLAS route" if plan is None else
-                "the plan launches with a cluster or programmatically"}
+                "the plan launches programmatically"}
     with torch.no_grad():
         args = (x, layer.weight) if len(lead) == 1 else (x, layer.weight, lead)
         fast = [plan(*args) for _ in range(2)]
@@ -89,7 +89,8 @@ def check_shape(dispatcher, m: int, n: int, k: int, lead: tuple[int, ...], calls
             "Plan python": lambda: _python_call(plan, args),
         }, calls, repeats)
     err = ((fast[0].float() - reference.float()).norm() / reference.float().norm()).item()
-    return {**row, "compiled": True, "compiled_route_in_layer": compiled_layer == 1,
+    return {**row, "compiled": True, "cluster": list(plan.launch_geometry.cluster),
+            "compiled_route_in_layer": compiled_layer == 1,
             "bitwise": {"second_launch": torch.equal(fast[0], fast[1]),
                         "python_launch": torch.equal(fast[0], python),
                         "graph_replay": torch.equal(fast[0], captured),

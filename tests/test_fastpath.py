@@ -15,7 +15,20 @@ from tunefw.runtime import fastpath, ops
 # CUresult cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, void** params, void** extra)
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+# CUresult cuLaunchKernelEx(const CUlaunchConfig* config, f, void** params, void** extra)
+LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 FUNCTION, GRID, BLOCK, SMEM = 0xF00D, (3, 2, 1), (384, 1, 1), 123456
+PLAIN = (1, 1, 1)
+
+
+class Attribute(ctypes.Structure):  # CUlaunchAttribute
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(Attribute)), ("num_attrs", ctypes.c_uint)]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +45,18 @@ class Driver:
     def __init__(self, mod) -> None:
         self.launches: list[tuple] = []
         self.nbytes, self.result = 0, 0
-        self._fn = LAUNCH(self._launch)
-        mod.set_launcher(ctypes.cast(self._fn, ctypes.c_void_p).value)
+        self.clusters: list[tuple] = []  # the cluster shape of each cuLaunchKernelEx launch
+        self._fn, self._fn_ex = LAUNCH(self._launch), LAUNCH_EX(self._launch_ex)
+        mod.set_launchers(ctypes.cast(self._fn, ctypes.c_void_p).value,
+                          ctypes.cast(self._fn_ex, ctypes.c_void_p).value)
+
+    def _launch_ex(self, config, function, params, extra):
+        config = Config.from_address(config)
+        attrs = [config.attrs[i] for i in range(config.num_attrs)]
+        assert [a.id for a in attrs] == [4]  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        self.clusters.append(tuple(attrs[0].value[:3]))
+        d = config.dims
+        return self._launch(function, *d, config.stream, params, extra)
 
     def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         a, b, c = (ctypes.cast(params[i], ctypes.POINTER(ctypes.c_void_p))[0] for i in range(3))
@@ -61,11 +84,12 @@ class Builder:
 def driver(mod, monkeypatch):
     d = Driver(mod)
     yield d
-    mod.set_launcher(0)
+    mod.set_launchers(0, 0)
 
 
-def kernel(mod, M=6, N=8, K=16, dtype=torch.bfloat16, builder=None):
-    return mod.Kernel(FUNCTION, GRID, BLOCK, SMEM, (M, N, K), -1, dtype, builder or Builder())
+def kernel(mod, M=6, N=8, K=16, dtype=torch.bfloat16, builder=None, cluster=PLAIN):
+    return mod.Kernel(FUNCTION, GRID, BLOCK, cluster, SMEM, (M, N, K), -1, dtype,
+                      builder or Builder())
 
 
 def test_a_kernel_launches_once_per_call_with_its_geometry_and_cached_arguments(mod, driver):
@@ -103,9 +127,22 @@ def test_a_kernel_declines_what_it_cannot_read(mod, driver):
     assert k.run(a, b) is None and len(driver.launches) == 1
 
 
+def test_a_cluster_kernel_launches_by_cuLaunchKernelEx_with_its_cluster(mod, driver):
+    k = kernel(mod, cluster=(2, 1, 1))
+    a, b = torch.randn(6, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
+    driver.nbytes = 6 * 8 * 2
+    c = k.run(a, b)
+    assert driver.clusters == [(2, 1, 1)]
+    assert driver.launches[0][:5] == (FUNCTION, GRID, BLOCK, SMEM, None)
+    assert driver.launches[0][6] == (a.data_ptr(), b.data_ptr(), c.data_ptr())
+    assert torch.equal(c.view(torch.int16), torch.full((6, 8), 0x3F3F, dtype=torch.int16))
+    kernel(mod).run(a, b)  # a plain kernel: cuLaunchKernel, no cluster attribute
+    assert driver.clusters == [(2, 1, 1)] and len(driver.launches) == 2
+
+
 def test_without_a_launcher_a_kernel_launches_nothing(mod):
-    mod.set_launcher(0)
-    assert not mod.has_launcher()
+    mod.set_launchers(0, 0)
+    assert not mod.has_launchers()
     assert kernel(mod).run(torch.randn(6, 16, dtype=torch.bfloat16),
                            torch.randn(8, 16, dtype=torch.bfloat16)) is None
 
@@ -224,7 +261,7 @@ def four_calls(layer) -> list[tuple]:
 
 
 def test_linear_serves_a_settled_kernel_route_in_one_compiled_call(mod, driver, serve):
-    k = mod.Kernel(FUNCTION, GRID, BLOCK, SMEM, (6, 8, 16), -1, torch.float32, Builder())
+    k = kernel(mod, dtype=torch.float32)
     plan = KernelDispatcher(k)
     serve(plan)
     layer = tunefw.Linear(16, 8, device="meta")

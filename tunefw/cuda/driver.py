@@ -105,13 +105,13 @@ def driver_api_version() -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def launch_kernel_address() -> int | None:
-    """cuLaunchKernel's address (as CUDA 12 defines it: 0 is the legacy default stream), for a
-    caller that launches without Python between (runtime/fastpath.py), or None where there is
-    no driver to ask (a CPU machine) or it does not know the symbol."""
+def function_address(name: bytes) -> int | None:
+    """A driver function's address as CUDA 12 defines it (cuLaunchKernel's: 0 is the legacy
+    default stream), for a caller that launches without Python between (runtime/fastpath.py),
+    or None where there is no driver to ask (a CPU machine) or it does not know the name."""
     try:
         err, address, _ = cu.cuGetProcAddress(
-            b"cuLaunchKernel", 12000, cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+            name, 12000, cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
     except Exception:  # the driver library cannot be loaded
         return None
     return int(address) if err == E.CUDA_SUCCESS and int(address) else None

@@ -26,7 +26,29 @@ namespace {
 // CUresult cuLaunchKernel(CUfunction, gx, gy, gz, bx, by, bz, smem, CUstream, void**, void**)
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
+// CUresult cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void** params, void** extra), for
+// kernels launched in clusters. The structs as cuda.h lays them out (CUDA 12 and 13).
+struct LaunchAttribute {
+  int id;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+  char pad[4];
+  union {
+    char raw[64];
+    struct {
+      unsigned x, y, z;
+    } cluster;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid[3], block[3], smem;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's layout");
+constexpr int kClusterDimension = 4;
+using LaunchExFn = int (*)(const LaunchConfig*, void*, void**, void**);
 LaunchFn g_launch = nullptr;
+LaunchExFn g_launch_ex = nullptr;
 // The table (dispatcher) serving now, by serial: a layer's routes are kept per table, so that
 // switching tables (and back) never serves one table's route for another's.
 uint64_t g_table = 0;
@@ -53,16 +75,19 @@ bool servable(const at::Tensor& t) {
 class Kernel {
  public:
   Kernel(uintptr_t function, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-         unsigned smem, std::array<int64_t, 3> mnk, int device, at::ScalarType dtype,
-         py::object build_args)
-      : function_(reinterpret_cast<void*>(function)), grid_(grid), block_(block), smem_(smem),
-        m_(mnk[0]), n_(mnk[1]), k_(mnk[2]), device_(device), dtype_(dtype),
-        build_args_(std::move(build_args)) {}
+         std::array<unsigned, 3> cluster, unsigned smem, std::array<int64_t, 3> mnk, int device,
+         at::ScalarType dtype, py::object build_args)
+      : function_(reinterpret_cast<void*>(function)), grid_(grid), block_(block),
+        cluster_(cluster), smem_(smem), m_(mnk[0]), n_(mnk[1]), k_(mnk[2]), device_(device),
+        dtype_(dtype), build_args_(std::move(build_args)) {
+    clustered_ = cluster[0] * cluster[1] * cluster[2] != 1;
+  }
 
   // C = a @ b.T in a's leading shape (a's rows M x K, b N x K), or an undefined tensor when the
   // kernel cannot read them or the driver refuses the launch (the Python path then decides).
   at::Tensor run(const at::Tensor& a, const at::Tensor& b) {
-    if (g_launch == nullptr || a.scalar_type() != dtype_ || b.scalar_type() != dtype_ || !servable(a) || !servable(b) ||
+    if ((clustered_ ? g_launch_ex == nullptr : g_launch == nullptr) ||
+        a.scalar_type() != dtype_ || b.scalar_type() != dtype_ || !servable(a) || !servable(b) ||
         a.get_device() != device_ || b.get_device() != device_ || a.dim() < 1 || b.dim() != 2 ||
         a.size(-1) != k_ || b.size(0) != n_ || b.size(1) != k_ || a.numel() != m_ * k_) {
       return at::Tensor();
@@ -76,8 +101,18 @@ class Kernel {
       c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
       stream = impl.getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
     }
-    int err = g_launch(function_, grid_[0], grid_[1], grid_[2], block_[0], block_[1], block_[2],
-                       smem_, stream, params, nullptr);
+    int err;
+    if (clustered_) {
+      LaunchAttribute attr{};
+      attr.id = kClusterDimension;
+      attr.value.cluster = {cluster_[0], cluster_[1], cluster_[2]};
+      LaunchConfig config{{grid_[0], grid_[1], grid_[2]}, {block_[0], block_[1], block_[2]}, smem_,
+                          stream, &attr, 1};
+      err = g_launch_ex(&config, function_, params, nullptr);
+    } else {
+      err = g_launch(function_, grid_[0], grid_[1], grid_[2], block_[0], block_[1], block_[2],
+                     smem_, stream, params, nullptr);
+    }
     return err == 0 ? c : at::Tensor();  // e.g. no context current on this thread
   }
 
@@ -98,7 +133,8 @@ class Kernel {
   }
 
   void* function_;
-  std::array<unsigned, 3> grid_, block_;
+  std::array<unsigned, 3> grid_, block_, cluster_;
+  bool clustered_;
   unsigned smem_;
   int64_t m_, n_, k_;
   int device_;
@@ -197,14 +233,17 @@ class Routes {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tunefw's compiled call path (tunefw/runtime/fastpath.py)";
-  m.def("set_launcher", [](uintptr_t fn) { g_launch = reinterpret_cast<LaunchFn>(fn); },
-        "The address of cuLaunchKernel (or a stand-in with its signature).");
-  m.def("has_launcher", []() { return g_launch != nullptr; });
+  m.def("set_launchers", [](uintptr_t fn, uintptr_t fn_ex) {
+        g_launch = reinterpret_cast<LaunchFn>(fn);
+        g_launch_ex = reinterpret_cast<LaunchExFn>(fn_ex);
+      }, "The addresses of cuLaunchKernel and cuLaunchKernelEx (or stand-ins with their signatures).");
+  m.def("has_launchers", []() { return g_launch != nullptr && g_launch_ex != nullptr; });
   m.def("set_table", [](uint64_t serial) { g_table = serial; },
         "The serial of the table serving now: layers serve the routes they settled under it.");
   py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
-      .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>, unsigned,
-                    std::array<int64_t, 3>, int, at::ScalarType, py::object>())
+      .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>,
+                    std::array<unsigned, 3>, unsigned, std::array<int64_t, 3>, int, at::ScalarType,
+                    py::object>())
       .def("run", [](Kernel& k, const at::Tensor& a, const at::Tensor& b) -> py::object {
         at::Tensor c = k.run(a, b);
         if (!c.defined()) return py::none();

@@ -12,7 +12,7 @@ Built on first use with torch.utils.cpp_extension (a C++ compiler and ninja; abo
 cores, once per source and torch version, in ``$TUNEFW_CACHE_DIR/fastpath``, default
 ``~/.cache/tunefw/fastpath``). Off with ``TUNEFW_FASTPATH=0``, and wherever it cannot be built
 (one warning): the Python path serves then, as it does for what the C++ path declines (new
-shapes, grad to record, tensor subclasses, dispatch modes, clusters, programmatic launches,
+shapes, grad to record, tensor subclasses, dispatch modes, programmatic launches,
 operands a kernel cannot read, a launch the driver refuses).
 """
 from __future__ import annotations
@@ -78,23 +78,24 @@ def _build() -> Any | None:
         return None
 
 
-def kernel(function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
-           mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
+def kernel(function: Any, launch: Any, mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
            build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
-    """A compiled launcher of one plainly launched kernel (``function``: its CUfunction), or None
-    where the compiled path is off (the Python launch serves). ``build_args(a, b, c)`` gives the
-    argument buffer of an operand address triple: (its address, what keeps it alive)."""
+    """A compiled launcher of one kernel (``function``: its CUfunction; ``launch``: its Launch
+    geometry, a cluster's launched by cuLaunchKernelEx), or None where the compiled path is off
+    (the Python launch serves). ``build_args(a, b, c)`` gives the argument buffer of an operand
+    address triple: (its address, what keeps it alive)."""
     mod = module()
     if mod is None:
         return None
-    if not mod.has_launcher():
-        from tunefw.cuda.driver import launch_kernel_address
+    if not mod.has_launchers():
+        from tunefw.cuda.driver import function_address
 
-        address = launch_kernel_address()
-        if address is None:
+        plain, ex = function_address(b"cuLaunchKernel"), function_address(b"cuLaunchKernelEx")
+        if plain is None or ex is None:
             return None
-        mod.set_launcher(address)
-    return mod.Kernel(int(function), grid, block, smem, mnk, device, dtype, build_args)
+        mod.set_launchers(plain, ex)
+    return mod.Kernel(int(function), tuple(launch.grid), tuple(launch.block), tuple(launch.cluster),
+                      launch.smem_bytes, mnk, device, dtype, build_args)
 
 
 def routes() -> Any | None:

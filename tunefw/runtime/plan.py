@@ -112,10 +112,11 @@ class Plan:
         self._cluster = launch.cluster != (1, 1, 1)
         # cuLaunchKernelEx launches: CUlaunchConfig per (stream, programmatic)
         self._configs: dict[tuple[int, bool], Any] = {}
-        # the compiled launcher (tunefw/runtime/fastpath.py) of a plainly launched kernel
-        self.fast = None if self.programmatic or self._cluster else fastpath.kernel(
-            function, launch.grid, launch.block, launch.smem_bytes,
-            (problem.M, problem.N, problem.K), device.index, self._out_dtype, self._build_args)
+        # the compiled launcher (tunefw/runtime/fastpath.py) of a kernel launched without
+        # programmatic stream serialization
+        self.fast = None if self.programmatic else fastpath.kernel(
+            function, launch, (problem.M, problem.N, problem.K), device.index, self._out_dtype,
+            self._build_args)
 
     def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
         """The argument buffer's address for these operands (built once per address triple)."""

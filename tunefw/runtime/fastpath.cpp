@@ -10,6 +10,7 @@
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/python.h>
 
@@ -92,7 +93,7 @@ class Kernel {
         a.size(-1) != k_ || b.size(0) != n_ || b.size(1) != k_ || a.numel() != m_ * k_) {
       return at::Tensor();
     }
-    auto sizes = a.sizes().vec();
+    c10::SmallVector<int64_t, 4> sizes(a.sizes().begin(), a.sizes().end());
     sizes.back() = n_;
     at::Tensor c = at::empty(sizes, a.options());
     void** params = args(a, b, c);
@@ -145,7 +146,7 @@ class Kernel {
 
 // A layer's routes by input shape: cuBLAS (at::linear) or a Kernel; misses go back to Python.
 struct Key {
-  std::vector<int64_t> sizes;
+  c10::SmallVector<int64_t, 4> sizes;  // no allocation per call for up to 4 dimensions
   int8_t dtype;
   int8_t device;
   bool operator==(const Key& o) const {
@@ -161,8 +162,8 @@ struct KeyHash {
 };
 
 Key key_of(const at::Tensor& x) {
-  return Key{x.sizes().vec(), static_cast<int8_t>(x.scalar_type()),
-             static_cast<int8_t>(x.get_device())};
+  return Key{c10::SmallVector<int64_t, 4>(x.sizes().begin(), x.sizes().end()),
+             static_cast<int8_t>(x.scalar_type()), static_cast<int8_t>(x.get_device())};
 }
 
 using RouteMap = std::unordered_map<Key, std::shared_ptr<Kernel>, KeyHash>;

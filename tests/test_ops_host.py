@@ -233,3 +233,13 @@ def test_unpatch_drops_the_memo_so_the_plain_module_pickles(python_path):
     assert layer._cublas[0]() is dispatcher
     assert tunefw.unpatch(model) == ["0"] and "_cublas" not in model[0].__dict__
     assert type(pickle.loads(pickle.dumps(model))[0]) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_from_linear_registers_weight_and_bias_as_nn_linear_does(bias):
+    ref = torch.nn.Linear(16, 8, bias=bias)
+    mine = tunefw.Linear.from_linear(ref)
+    # forward reads both from _parameters: a bias-free layer keeps a None entry, as nn.Linear
+    assert list(mine._parameters) == list(ref._parameters) == ["weight", "bias"]
+    assert mine._parameters["weight"] is ref.weight and mine._parameters["bias"] is ref.bias
+    assert "bias" not in mine.__dict__ and list(mine.state_dict()) == list(ref.state_dict())

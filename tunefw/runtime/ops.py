@@ -193,7 +193,11 @@ class Linear(torch.nn.Linear):
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
-        new.weight, new.bias = linear.weight, linear.bias
+        # registered as nn.Linear registers them, a missing bias as a None entry: forward reads
+        # both from _parameters (a plain `new.bias = None` would make bias an instance attribute,
+        # and every call would fall back to Module.__getattr__ for the weight)
+        new.register_parameter("weight", linear.weight)
+        new.register_parameter("bias", linear.bias)
         return new
 
 

@@ -81,6 +81,7 @@ class ArgBuilder:
         self._ws_ptr = workspace.data_ptr() if workspace is not None else 0
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int) -> tuple[int, tuple]:
+        """(the ``void**`` buffer's address, what keeps it alive) for these operand addresses."""
         ptrs = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "workspace": self._ws_ptr}
         address, keep = pack(self.template.kernel_args(self.config, self.problem, ptrs))
         return address, (*keep, self.workspace)

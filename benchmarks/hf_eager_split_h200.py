@@ -97,6 +97,29 @@ def step_times(step, cuda_sync: bool = True) -> dict:
             "tuned_calls": NS["tuned_calls"] - before["tuned_calls"]}
 
 
+def served_routes(models: dict, tables: dict, make) -> dict:
+    """Per patched model: each GEMM shape of one step and the route its dispatcher serves it by
+    (after the warm-up steps: guard decisions included), so a run says which shapes were tuned."""
+    out = {}
+    for name, dispatcher in tables.items():
+        if dispatcher is None:
+            continue
+        shapes: set = set()
+
+        def hook(module, inputs, seen=shapes):
+            seen.add((inputs[0].numel() // module.in_features, module.out_features, module.in_features))
+        handles = [m.register_forward_pre_hook(hook) for m in models[name].modules()
+                   if isinstance(m, torch.nn.Linear)]
+        try:
+            tunefw.set_dispatch(dispatcher)
+            make(models[name])()
+        finally:
+            for h in handles:
+                h.remove()
+        out[name] = {f"{m}x{n}x{k}": dispatcher.explain(m, n, k) for m, n, k in sorted(shapes)}
+    return out
+
+
 def paired(stock: list[float], other: list[float], seed: int = 0) -> dict:
     """Median of the paired ratios stock/other and a 95% bootstrap interval of that median."""
     ratios = [s / o for s, o in zip(stock, other)]
@@ -183,6 +206,7 @@ def main() -> int:
                               "raw_host_ms": [round(r["host_ms"], 4) for r in rs],
                               "raw_linear_ms": [round(r["linear_ms"], 4) for r in rs]}
             report["cases"][label] = case
+            report.setdefault("routes", {})[label] = served_routes(models, tables, make)
             print(f"{label}: done", flush=True)
     out = gpu_result.out_path("hf_eager_split_h200.json", None)
     out.write_text(json.dumps(report, indent=1))

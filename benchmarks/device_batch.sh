@@ -94,6 +94,10 @@
 #                     from a graph, through tunefw.Linear) and host us per call of each path
 #   hfllama     (300) hf_llama_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray): the
 #                     issue's end-to-end comparison -> hf_llama_h200.json ($HFLLAMA_NAME.json)
+#   guardprobe  (240) guard_probe_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray): six
+#                     fresh processes, each a shape's cold cuBLAS call, the guard's verdict and
+#                     40 flushed pairs of kernel / matmul / F.linear: why the guard's verdict on
+#                     64x1024x4096 flipped between processes (1.97x, 1.71x, 0.95x, 0.97x)
 #   wgmmacheck  (240) wgmma_sm90_gpu_check.py --skip-perf: every kernel path and the split-K
 #                     hand-off verified on the edge shapes (two launches bit for bit) after a
 #                     wgmma_sm90 source change (CHECK_TAG names the result, default r5)
@@ -199,6 +203,9 @@ for name in "$@"; do
     hfllama) hf_state && step hfllama 300 python3 benchmarks/hf_llama_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" --budget-s 270 --out "$OUT/${HFLLAMA_NAME:-hf_llama_h200}.json" ;;
+    guardprobe) hf_state && step guardprobe 240 python3 benchmarks/guard_probe_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" ;;
     wgmmacheck) step wgmmacheck 240 python3 benchmarks/wgmma_sm90_gpu_check.py --skip-perf \
         --commit "$TUNEFW_COMMIT" --out "$OUT/wgmma_sm90_gpu_check_${CHECK_TAG:-r5}_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;

@@ -79,7 +79,8 @@ def check_shape(dispatcher, m: int, n: int, k: int, lead: tuple[int, ...], calls
             mine(x)  # settles the layer's compiled route
         compiled_layer = len(mine._fast or ())
         python_layer = tunefw.Linear.from_linear(layer)
-        python_layer._fast = NoRoutes()  # with plan.fast off too: TUNEFW_FASTPATH=0's path
+        # no routes learned (and plan.fast off for the call): TUNEFW_FASTPATH=0's path
+        python_layer._remember = lambda dispatcher, x, plan: None
         reference = F.linear(x, layer.weight)
         times = host_table({
             "F.linear": lambda: F.linear(x, layer.weight),
@@ -96,19 +97,6 @@ def check_shape(dispatcher, m: int, n: int, k: int, lead: tuple[int, ...], calls
                         "graph_replay": torch.equal(fast[0], captured),
                         "layer": torch.equal(mine(x), fast[0])},
             "rel_err_vs_cublas": err, "host_us": times}
-
-
-class NoRoutes:
-    """A layer's route map that keeps nothing: every call takes tunefw.Linear's Python path."""
-
-    def forward(self, x, w, bias):
-        return None
-
-    def set_kernel(self, x, kernel) -> None:
-        pass
-
-    def set_cublas(self, x) -> None:
-        pass
 
 
 def _python_call(plan, args, fn=None):

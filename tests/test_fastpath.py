@@ -153,14 +153,22 @@ def test_a_cublas_route_is_f_linear_bit_for_bit_and_only_for_its_shape(mod):
     layer = torch.nn.Linear(32, 24, dtype=torch.bfloat16)
     x = torch.randn(2, 5, 32, dtype=torch.bfloat16)
     with torch.no_grad():
-        assert routes.forward(x, layer.weight, layer.bias) is None  # no route yet
+        assert fastpath.route(routes, x, layer.weight, layer.bias) is None  # no route yet
         routes.set_cublas(x)
         assert len(routes) == 1
-        y = routes.forward(x, layer.weight, layer.bias)
+        y = fastpath.route(routes, x, layer.weight, layer.bias)
         assert torch.equal(y, F.linear(x, layer.weight, layer.bias))
-        assert torch.equal(routes.forward(x, layer.weight, None), F.linear(x, layer.weight))
-        assert routes.forward(x[0], layer.weight, layer.bias) is None  # another shape
-        assert routes.forward(x.float(), layer.weight.float(), None) is None  # another dtype
+        assert torch.equal(fastpath.route(routes, x, layer.weight, None), F.linear(x, layer.weight))
+        assert fastpath.route(routes, x[0], layer.weight, layer.bias) is None  # another shape
+        assert fastpath.route(routes, x.float(), layer.weight.float(), None) is None  # another dtype
+
+
+def test_route_takes_a_route_map_and_exactly_four_arguments(mod):
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    with pytest.raises(TypeError, match="4 arguments"):
+        fastpath.route(fastpath.routes(), x, w)
+    with pytest.raises(RuntimeError):
+        fastpath.route(object(), x, w, None)  # not a route map: an exception, not a crash
 
 
 def test_routes_decline_grad_subclasses_and_modes(mod):
@@ -171,16 +179,16 @@ def test_routes_decline_grad_subclasses_and_modes(mod):
     layer = torch.nn.Linear(16, 8)
     x = torch.randn(4, 16)
     routes.set_cublas(x)
-    assert routes.forward(x, layer.weight, None) is None  # the weight records grad
+    assert fastpath.route(routes, x, layer.weight, None) is None  # the weight records grad
     with torch.no_grad():
-        assert routes.forward(x, layer.weight, None) is not None
+        assert fastpath.route(routes, x, layer.weight, None) is not None
         class Sub(torch.Tensor):
             pass
-        assert routes.forward(x.as_subclass(Sub), layer.weight, None) is None  # a subclass
+        assert fastpath.route(routes, x.as_subclass(Sub), layer.weight, None) is None  # a subclass
         with FlopCounterMode(display=False):
-            assert routes.forward(x, layer.weight, None) is None
+            assert fastpath.route(routes, x, layer.weight, None) is None
         with TorchFunctionMode():
-            assert routes.forward(x, layer.weight, None) is None
+            assert fastpath.route(routes, x, layer.weight, None) is None
 
 
 class CublasDispatcher:
@@ -205,18 +213,18 @@ def test_routes_belong_to_the_table_they_were_settled_under(mod, serve):
     with torch.no_grad():
         serve(first)
         routes.set_cublas(x)
-        assert routes.forward(x, w, None) is not None
+        assert fastpath.route(routes, x, w, None) is not None
         serve(second)  # another table: none of the first's routes, Python decides
-        assert routes.forward(x, w, None) is None and len(routes) == 0
+        assert fastpath.route(routes, x, w, None) is None and len(routes) == 0
         ops.set_dispatch(None)
-        assert routes.forward(x, w, None) is None
+        assert fastpath.route(routes, x, w, None) is None
         serve(first)  # back: its routes serve again, nothing to re-learn
-        assert routes.forward(x, w, None) is not None and len(routes) == 1
+        assert fastpath.route(routes, x, w, None) is not None and len(routes) == 1
         for _ in range(4):  # a layer keeps four tables' routes: the oldest goes
             serve(CublasDispatcher())
             routes.set_cublas(x)
         serve(first)
-        assert routes.forward(x, w, None) is None
+        assert fastpath.route(routes, x, w, None) is None
 
 
 class KernelDispatcher:

@@ -11,6 +11,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/SmallVector.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/python.h>
 
@@ -230,10 +231,28 @@ class Routes {
   std::vector<std::pair<uint64_t, RouteMap>> tables_;  // (table serial, its routes), oldest first
 };
 
+// route(routes, x, weight, bias): a layer's output by its routes, or None (Routes::forward). A
+// METH_FASTCALL builtin rather than a pybind11 method: no argument tuple, no overload dispatch,
+// about 0.2 us less a call on a 2-core CPU (as cheap as F.linear's own binding there).
+PyObject* route(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "route(routes, x, weight, bias): 4 arguments");
+    return nullptr;
+  }
+  auto* routes = py::cast<Routes*>(py::handle(args[0]));
+  return routes->forward(args[1], args[2], args[3]).release().ptr();
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef kRouteDef = {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route)),
+                         METH_FASTCALL, "route(routes, x, weight, bias): Routes.forward, cheaper"};
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tunefw's compiled call path (tunefw/runtime/fastpath.py)";
+  m.add_object("route", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kRouteDef, nullptr, m.ptr())));
   m.def("set_launchers", [](uintptr_t fn, uintptr_t fn_ex) {
         g_launch = reinterpret_cast<LaunchFn>(fn);
         g_launch_ex = reinterpret_cast<LaunchExFn>(fn_ex);
@@ -253,7 +272,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("arg_sets", &Kernel::arg_sets);
   py::class_<Routes>(m, "Routes")
       .def(py::init<>())
-      .def("forward", &Routes::forward)
       .def("set_cublas", &Routes::set_cublas)
       .def("set_kernel", &Routes::set_kernel)
       .def("__len__", &Routes::size);

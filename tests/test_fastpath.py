@@ -97,7 +97,7 @@ def test_a_kernel_launches_once_per_call_with_its_geometry_and_cached_arguments(
     k = kernel(mod, builder=builder)
     a, b = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
     driver.nbytes = 6 * 8 * 2
-    outs = [k.run(a, b) for _ in range(3)]
+    outs = [fastpath.launch(k, a, b) for _ in range(3)]
     assert [tuple(c.shape) for c in outs] == [(2, 3, 8)] * 3  # C in a's leading shape
     written = torch.tensor([0x3F3F], dtype=torch.int16).view(torch.bfloat16)
     assert all(c.dtype == torch.bfloat16 and torch.equal(c, written.expand(2, 3, 8)) for c in outs)
@@ -106,7 +106,7 @@ def test_a_kernel_launches_once_per_call_with_its_geometry_and_cached_arguments(
     assert [launch[6] for launch in driver.launches] == triples  # the operands' own addresses
     assert builder.calls == list(dict.fromkeys(triples))  # built once per distinct triple
     assert k.arg_sets == len(set(triples))
-    again = k.run(a, b)  # a triple met before: its buffer, not a new one
+    again = fastpath.launch(k, a, b)  # a triple met before: its buffer, not a new one
     seen = {t: launch[5] for t, launch in zip(triples, driver.launches)}
     triple = (a.data_ptr(), b.data_ptr(), again.data_ptr())
     if triple in seen:
@@ -117,33 +117,33 @@ def test_a_kernel_declines_what_it_cannot_read(mod, driver):
     k = kernel(mod)
     a, b = torch.randn(6, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
     flat = torch.randn(6 * 16 + 8, dtype=torch.bfloat16)
-    assert k.run(flat[1:97].view(6, 16), b) is None  # 2 bytes off 16-byte alignment
-    assert k.run(torch.randn(16, 6, dtype=torch.bfloat16).t(), b) is None  # not contiguous
-    assert k.run(a.half(), b.half()) is None  # another dtype
-    assert k.run(torch.randn(5, 16, dtype=torch.bfloat16), b) is None  # other rows than its M
-    assert k.run(a, torch.randn(9, 16, dtype=torch.bfloat16)) is None  # other N
+    assert fastpath.launch(k, flat[1:97].view(6, 16), b) is None  # 2 bytes off 16-byte alignment
+    assert fastpath.launch(k, torch.randn(16, 6, dtype=torch.bfloat16).t(), b) is None  # not contiguous
+    assert fastpath.launch(k, a.half(), b.half()) is None  # another dtype
+    assert fastpath.launch(k, torch.randn(5, 16, dtype=torch.bfloat16), b) is None  # other rows than its M
+    assert fastpath.launch(k, a, torch.randn(9, 16, dtype=torch.bfloat16)) is None  # other N
     assert driver.launches == []
     driver.result = 201  # CUDA_ERROR_INVALID_CONTEXT: the Python launch retries its own way
-    assert k.run(a, b) is None and len(driver.launches) == 1
+    assert fastpath.launch(k, a, b) is None and len(driver.launches) == 1
 
 
 def test_a_cluster_kernel_launches_by_cuLaunchKernelEx_with_its_cluster(mod, driver):
     k = kernel(mod, cluster=(2, 1, 1))
     a, b = torch.randn(6, 16, dtype=torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
     driver.nbytes = 6 * 8 * 2
-    c = k.run(a, b)
+    c = fastpath.launch(k, a, b)
     assert driver.clusters == [(2, 1, 1)]
     assert driver.launches[0][:5] == (FUNCTION, GRID, BLOCK, SMEM, None)
     assert driver.launches[0][6] == (a.data_ptr(), b.data_ptr(), c.data_ptr())
     assert torch.equal(c.view(torch.int16), torch.full((6, 8), 0x3F3F, dtype=torch.int16))
-    kernel(mod).run(a, b)  # a plain kernel: cuLaunchKernel, no cluster attribute
+    fastpath.launch(kernel(mod), a, b)  # a plain kernel: cuLaunchKernel, no cluster attribute
     assert driver.clusters == [(2, 1, 1)] and len(driver.launches) == 2
 
 
 def test_without_a_launcher_a_kernel_launches_nothing(mod):
     mod.set_launchers(0, 0)
     assert not mod.has_launchers()
-    assert kernel(mod).run(torch.randn(6, 16, dtype=torch.bfloat16),
+    assert fastpath.launch(kernel(mod), torch.randn(6, 16, dtype=torch.bfloat16),
                            torch.randn(8, 16, dtype=torch.bfloat16)) is None
 
 
@@ -169,6 +169,8 @@ def test_route_takes_a_route_map_and_exactly_four_arguments(mod):
         fastpath.route(fastpath.routes(), x, w)
     with pytest.raises(RuntimeError):
         fastpath.route(object(), x, w, None)  # not a route map: an exception, not a crash
+    with pytest.raises(TypeError, match="two tensors"):
+        fastpath.launch(kernel(mod), x, "w")
 
 
 def test_routes_decline_grad_subclasses_and_modes(mod):

@@ -245,14 +245,32 @@ PyObject* route(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
+// launch(kernel, a, b): C from the plan's kernel, or None (Kernel::run), for Plan.__call__.
+PyObject* launch(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 3 || !THPVariable_Check(args[1]) || !THPVariable_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "launch(kernel, a, b): a kernel and two tensors");
+    return nullptr;
+  }
+  auto* kernel = py::cast<Kernel*>(py::handle(args[0]));
+  at::Tensor c = kernel->run(THPVariable_Unpack(args[1]), THPVariable_Unpack(args[2]));
+  if (!c.defined()) Py_RETURN_NONE;
+  return THPVariable_Wrap(std::move(c));
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef kRouteDef = {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route)),
-                         METH_FASTCALL, "route(routes, x, weight, bias): Routes.forward, cheaper"};
+                         METH_FASTCALL, "route(routes, x, weight, bias): a layer's output or None"};
+PyMethodDef kLaunchDef = {"launch",
+                          reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(launch)),
+                          METH_FASTCALL, "launch(kernel, a, b): C = a @ b.T or None"};
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tunefw's compiled call path (tunefw/runtime/fastpath.py)";
   m.add_object("route", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kRouteDef, nullptr, m.ptr())));
+  m.add_object("launch", py::reinterpret_steal<py::object>(PyCFunction_NewEx(&kLaunchDef, nullptr, m.ptr())));
   m.def("set_launchers", [](uintptr_t fn, uintptr_t fn_ex) {
         g_launch = reinterpret_cast<LaunchFn>(fn);
         g_launch_ex = reinterpret_cast<LaunchExFn>(fn_ex);
@@ -264,11 +282,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>,
                     std::array<unsigned, 3>, unsigned, std::array<int64_t, 3>, int, at::ScalarType,
                     py::object>())
-      .def("run", [](Kernel& k, const at::Tensor& a, const at::Tensor& b) -> py::object {
-        at::Tensor c = k.run(a, b);
-        if (!c.defined()) return py::none();
-        return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(c)));
-      })
       .def_property_readonly("arg_sets", &Kernel::arg_sets);
   py::class_<Routes>(m, "Routes")
       .def(py::init<>())

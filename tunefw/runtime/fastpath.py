@@ -35,6 +35,8 @@ _state: dict[str, Any] = {"module": None, "tried": False, "serial": 0}
 # route(routes, x, weight, bias) -> the layer's output or None: the built module's builtin, set
 # when it is built (a module global, so a call pays no Python frame of ours)
 route: Callable[[Any, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor | None] | None = None
+# launch(kernel, a, b) -> C = a @ b.T in a's leading shape, or None: likewise (Plan.__call__)
+launch: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None
 _serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dispatcher -> its serial
 _counter = itertools.count(1)
 _lock = threading.Lock()
@@ -54,14 +56,14 @@ def build_root() -> Path:
 
 def module() -> Any | None:
     """The compiled module (built on first use), or None where it is off or cannot be built."""
-    global route
+    global route, launch
     if not _state["tried"]:
         with _lock:
             if not _state["tried"]:
                 _state["module"] = _build() if enabled_by_env() else None
                 if _state["module"] is not None:
                     _state["module"].set_table(_state["serial"])
-                    route = _state["module"].route
+                    route, launch = _state["module"].route, _state["module"].launch
                 _state["tried"] = True
     return _state["module"]
 

@@ -170,7 +170,7 @@ class Plan:
         The compiled launcher serves first where the plan has one (C in a's leading shape)."""
         fast = self.fast
         if fast is not None:
-            c = fast.run(a, b)
+            c = fastpath.launch(fast, a, b)
             if c is not None:
                 return c
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()

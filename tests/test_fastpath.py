@@ -297,6 +297,17 @@ def test_linear_serves_a_settled_cublas_route_without_python(mod, monkeypatch, s
     assert layer._cublas is None  # the Python memo is for when the compiled path is off
 
 
+def test_setting_a_table_builds_the_compiled_path_once(monkeypatch):
+    built = []
+    monkeypatch.setattr(fastpath, "_state", {"module": None, "tried": False, "serial": 0})
+    monkeypatch.setattr(fastpath, "_build", lambda: built.append(1))
+    fastpath.serve(None)  # no table: nothing to build for
+    assert built == []
+    fastpath.serve(CublasDispatcher())  # set-up time, not the first settled call
+    fastpath.serve(CublasDispatcher())
+    assert built == [1]
+
+
 def test_the_compiled_path_is_off_by_environment_and_after_a_failed_build(monkeypatch, tmp_path):
     monkeypatch.setattr(fastpath, "_state", {"module": None, "tried": False})
     monkeypatch.setenv("TUNEFW_FASTPATH", "0")

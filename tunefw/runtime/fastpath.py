@@ -6,10 +6,11 @@ route; a Plan launches through the same code (``tunefw.gemm``).
 Why: an eager model step is host-bound, and there every Python operation counts. In a patched
 HF Llama on the H200 a tuned call cost 28 us in Plan.__call__ (15 of them in cuda-bindings'
 launch) and 20 more in tunefw.Linear's checks, against 27 us for all of nn.Linear's call
-(benchmarks/results/hf_eager_split_h200.json): decode b64 ran 0.94x stock eagerly.
+(hf_eager_split_h200.json as of fae4f87): decode b64 ran 0.94x stock eagerly.
 
-Built on first use with torch.utils.cpp_extension (a C++ compiler and ninja; about 25 s on two
-cores, once per source and torch version, in ``$TUNEFW_CACHE_DIR/fastpath``, default
+Built when a table is first set (tunefw.set_dispatch, $TUNEFW_DISPATCH) with
+torch.utils.cpp_extension (a C++ compiler and ninja; about 20 s on two cores, once per source
+and torch version, in ``$TUNEFW_CACHE_DIR/fastpath``, default
 ``~/.cache/tunefw/fastpath``). Off with ``TUNEFW_FASTPATH=0``, and wherever it cannot be built
 (one warning): the Python path serves then, as it does for what the C++ path declines (new
 shapes, grad to record, tensor subclasses, dispatch modes, programmatic launches,
@@ -114,12 +115,14 @@ def routes() -> Any | None:
 def serve(dispatcher: Any) -> None:
     """Layers serve the routes they settled under ``dispatcher`` from now on (None: no table).
     Each dispatcher has its own serial, so switching tables and back keeps every layer's routes
-    per table (a layer keeps four tables' routes); no build for it."""
+    per table (a layer keeps four tables' routes). Setting a table builds (or loads) the
+    compiled module, so that a serving model's first settled call does not wait for it."""
     serial = 0
     if dispatcher is not None:
         serial = _serials.get(dispatcher)
         if serial is None:
             serial = _serials[dispatcher] = next(_counter)
+        module()  # set-up time: about 20 s the first time on two cores, then a load
     _state["serial"] = serial
     if _state["module"] is not None:
         _state["module"].set_table(serial)

@@ -121,7 +121,8 @@ class Linear(torch.nn.Linear):
     (tunefw/runtime/fastpath.py: its next eager calls are one C++ call, checks, allocation and
     launch or ``at::linear``), else, for cuBLAS routes, in a Python memo of (shape, dtype). The
     H200 measured the Python path's tuned calls at 48 us of host time against 27 us for
-    ``nn.Linear`` (hf_eager_split_h200.json). Under torch.compile, a dispatch mode, or with grad
+    ``nn.Linear`` (hf_eager_split_h200.json as of fae4f87; fastpath_check_h200.json: 10.6 us on
+    the compiled path against 22.4 for F.linear). Under torch.compile, a dispatch mode, or with grad
     to record on a GPU, the op is called.
     """
 

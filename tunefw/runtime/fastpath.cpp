@@ -1,4 +1,4 @@
-// tunefw's compiled call path (built on first use by tunefw/runtime/fastpath.py).
+// tunefw's compiled call path (built by tunefw/runtime/fastpath.py when a table is first set).
 //
 // In a host-bound eager model every Python operation of a GEMM call costs: the H200's host spent
 // 28 us in a tuned call's Plan.__call__ (15 of them in cuda-bindings' launch) and 20 more in

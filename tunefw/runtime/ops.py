@@ -170,15 +170,16 @@ class Linear(torch.nn.Linear):
         fast = self._fast
         if fast is None:
             fast = self._fast = fastpath.routes()
-        if fast is not None and plan is None:
-            fast.set_cublas(x)
-        elif fast is not None and plan.fast is not None:
-            fast.set_kernel(x, plan.fast)
+        if fast is None:  # the compiled path is off
+            if plan is None:
+                known = self._cublas
+                if known is None or known[0]() is not dispatcher:
+                    known = self._cublas = (weakref.ref(dispatcher), set())
+                known[1].add((x.shape, x.dtype))
         elif plan is None:
-            known = self._cublas
-            if known is None or known[0]() is not dispatcher:
-                known = self._cublas = (weakref.ref(dispatcher), set())
-            known[1].add((x.shape, x.dtype))
+            fast.set_cublas(x)
+        elif plan.fast is not None:  # (a programmatic plan has none: its calls stay in Python)
+            fast.set_kernel(x, plan.fast)
 
     def __getstate__(self) -> dict:
         """Pickled and deep-copied without its routes (they name this process's dispatcher and

@@ -98,6 +98,9 @@
 #                     fresh processes, each a shape's cold cuBLAS call, the guard's verdict and
 #                     40 flushed pairs of kernel / matmul / F.linear: why the guard's verdict on
 #                     64x1024x4096 flipped between processes (1.97x, 1.71x, 0.95x, 0.97x)
+#   hfguard     (280) dispatch_guard_h200.py on the hf_llama3_8b study's calibrated table (no Ray):
+#                     issue 14's acceptance on that table with this tree's guard and launch path
+#                     -> dispatch_guard_hf_llama3_8b_h200.json
 #   wgmmacheck  (240) wgmma_sm90_gpu_check.py --skip-perf: every kernel path and the split-K
 #                     hand-off verified on the edge shapes (two launches bit for bit) after a
 #                     wgmma_sm90 source change (CHECK_TAG names the result, default r5)
@@ -206,6 +209,9 @@ for name in "$@"; do
     guardprobe) hf_state && step guardprobe 240 python3 benchmarks/guard_probe_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" ;;
+    hfguard) hf_state && step hfguard 280 python3 benchmarks/dispatch_guard_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch_calibrated.json --cubins /tmp/hf_llama3_8b/cubins \
+        --budget-s 250 --commit "$TUNEFW_COMMIT" --out "$OUT/dispatch_guard_hf_llama3_8b_h200.json" ;;
     wgmmacheck) step wgmmacheck 240 python3 benchmarks/wgmma_sm90_gpu_check.py --skip-perf \
         --commit "$TUNEFW_COMMIT" --out "$OUT/wgmma_sm90_gpu_check_${CHECK_TAG:-r5}_h200.json" ;;
     *) summary+=("$(printf '%-11s unknown step' "$name")") ;;

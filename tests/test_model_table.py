@@ -268,3 +268,22 @@ def test_calibration_writes_todays_shapes_from_the_exported_table(tmp_path):
     lines = state.shapes.read_text().splitlines()
     assert count == len(lines) == len(guard.calibration_shapes(load(state.table)))
     assert "2x3584x3584 bf16" in lines  # another model's layer between the tuned Ms
+
+
+def test_a_shape_served_by_the_baselines_own_call_is_spread_not_a_loss():
+    """A cuBLAS or unproven route calls F.linear, the baseline's very call: its 0.96 is the
+    method's A/A spread (kept in the summary), while a kernel route at 0.96 is a loss."""
+    for path, served_loss in (("cublas", False), ("unproven", False), ("guarded", True), ("bucket", True)):
+        rows = _rows(ratio=0.96)
+        rows["guard_on"][0] = {**rows["guard_on"][0], "path": path}
+        rows["guard_off"][0] = {**rows["guard_off"][0], "path": path}
+        summary = guard.summarize(rows)
+        on, off = summary["untuned_never_slower"], summary["guard_off_calibrated"]
+        assert on["ok"] is off["ok"] is (not served_loss), path
+        assert on["below"] == (["3x4096x4096 0.960"] if served_loss else []), path
+        assert on["min"] == 0.96  # the measured minimum is still reported
+        spread = ({"shapes": 0, "min": None, "max": None} if served_loss
+                  else {"shapes": 1, "min": 0.96, "max": 0.96})
+        assert on["baseline_call_spread"] == off["baseline_call_spread"] == spread, path
+        assert abs(summary["untuned_geomean"]["geomean"] - 0.96 ** (1 / 48) * 1.05 ** (47 / 48)) < 1e-9
+

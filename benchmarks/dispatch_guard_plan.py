@@ -127,11 +127,12 @@ def summarize(result: dict) -> dict:
               for r in result[part] if r.get("error")]
     skipped = {part: sum("skipped" in r for r in result[part]) for part in PARTS}
     g = geomean([r["ratio"] for r in on])
+    on_loss, off_loss = _below(_served(on), "ratio", FLOOR), _below(_served(off), "ratio", FLOOR)
     points = {
-        "untuned_never_slower": {"ok": len(on) >= MIN_UNTUNED and not _below(_served(on), "ratio", FLOOR),
+        "untuned_never_slower": {"ok": len(on) >= MIN_UNTUNED and not on_loss,
                                  "shapes": len(on), "skipped": skipped,
                                  "min": min((r["ratio"] for r in on), default=None),
-                                 "below": _below(_served(on), "ratio", FLOOR), "paths": path_counts(on),
+                                 "below": on_loss, "paths": path_counts(on),
                                  "baseline_call_spread": _baseline_spread(on),
                                  "unproven_unmeasured": [f"{r['M']}x{r['N']}x{r['K']}" for r in on
                                                          if r.get("path") == "unproven"]},
@@ -139,9 +140,9 @@ def summarize(result: dict) -> dict:
         "guard_cost": {"ok": not over, "timed_shapes": len(guard_ms),
                        "max_ms": max(guard_ms, default=None),
                        "median_ms": statistics.median(guard_ms) if guard_ms else None, "over": over},
-        "guard_off_calibrated": {"ok": bool(off) and not _below(_served(off), "ratio", FLOOR),
+        "guard_off_calibrated": {"ok": bool(off) and not off_loss,
                                  "min": min((r["ratio"] for r in off), default=None),
-                                 "below": _below(_served(off), "ratio", FLOOR), "paths": path_counts(off),
+                                 "below": off_loss, "paths": path_counts(off),
                                  "baseline_call_spread": _baseline_spread(off),
                                  "retimed": sum(not r.get("same_route_as_guard_on") for r in off)},
         "exact_at_tuned_speed": {"ok": bool(exact) and not _below(exact, "ratio_to_confirmed",

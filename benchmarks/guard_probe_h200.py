@@ -1,6 +1,7 @@
 """Why the first-call guard's verdict on one shape flips between processes: the thin exact entry
 64x1024x4096 (confirmed 1.039x cuBLAS) was measured by the guard at 1.973x and 1.711x in two
-hf_llama_h200.py processes and at 0.946x and 0.972x in two others (this session's runs).
+hf_llama_h200.py processes and at 0.946x and 0.972x in two others (session 22's runs). The answer
+(benchmarks/results/guard_probe_h200.json): cuBLAS's own time for the shape is bimodal.
 
 Each of ``--processes`` fresh processes, for each shape: cuBLAS's first call in the process
 (one flushed sample), the guard's own verdict (a Dispatcher with the guard on, its cache off),

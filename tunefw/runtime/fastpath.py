@@ -86,10 +86,10 @@ def _build() -> Any | None:
         return None
 
 
-def kernel(function: Any, launch: Any, mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
+def kernel(function: Any, geometry: Any, mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
            build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
-    """A compiled launcher of one kernel (``function``: its CUfunction; ``launch``: its Launch
-    geometry, a cluster's launched by cuLaunchKernelEx), or None where the compiled path is off
+    """A compiled launcher of one kernel (``function``: its CUfunction; ``geometry``: its Launch,
+    a cluster's launched by cuLaunchKernelEx), or None where the compiled path is off
     (the Python launch serves). ``build_args(a, b, c)`` gives the argument buffer of an operand
     address triple: (its address, what keeps it alive)."""
     mod = module()
@@ -102,8 +102,8 @@ def kernel(function: Any, launch: Any, mnk: tuple[int, int, int], device: int, d
         if plain is None or ex is None:
             return None
         mod.set_launchers(plain, ex)
-    return mod.Kernel(int(function), tuple(launch.grid), tuple(launch.block), tuple(launch.cluster),
-                      launch.smem_bytes, mnk, device, dtype, build_args)
+    return mod.Kernel(int(function), tuple(geometry.grid), tuple(geometry.block),
+                      tuple(geometry.cluster), geometry.smem_bytes, mnk, device, dtype, build_args)
 
 
 def routes() -> Any | None:

@@ -98,6 +98,10 @@
 #                     fresh processes, each a shape's cold cuBLAS call, the guard's verdict and
 #                     40 flushed pairs of kernel / matmul / F.linear: why the guard's verdict on
 #                     64x1024x4096 flipped between processes (1.97x, 1.71x, 0.95x, 0.97x)
+#   guardfirst  (200) guard_first_pair_h200.py on the hf_llama3_8b study's table (no Ray): the
+#                     guard's first flushed pair timed as before (a new C and argument buffer
+#                     between the events) and prepared (Plan.prepared), then steady pairs, and
+#                     this tree's guard, on the large shapes its one-pair verdicts sent to cuBLAS
 #   hfguard     (280) dispatch_guard_h200.py on the hf_llama3_8b study's calibrated table (no Ray):
 #                     issue 14's acceptance on that table with this tree's guard and launch path
 #                     -> dispatch_guard_hf_llama3_8b_h200.json
@@ -208,6 +212,9 @@ for name in "$@"; do
         --commit "$TUNEFW_COMMIT" --budget-s 270 --out "$OUT/${HFLLAMA_NAME:-hf_llama_h200}.json" ;;
     guardprobe) hf_state && step guardprobe 240 python3 benchmarks/guard_probe_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
+        --commit "$TUNEFW_COMMIT" ;;
+    guardfirst) hf_state && step guardfirst 200 python3 benchmarks/guard_first_pair_h200.py \
+        --table /tmp/hf_llama3_8b/dispatch_calibrated.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" ;;
     hfguard) hf_state && step hfguard 280 python3 benchmarks/dispatch_guard_h200.py \
         --table /tmp/hf_llama3_8b/dispatch_calibrated.json --cubins /tmp/hf_llama3_8b/cubins \

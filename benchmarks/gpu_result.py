@@ -3,6 +3,7 @@ a device tree without git metadata, else git's), the device from a worker's fing
 path ($OUT/NAME, else benchmarks/results/NAME)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -75,3 +76,30 @@ def guarded(part: Callable[[], dict]) -> dict:
         out = {"error": f"{type(exc).__name__}: {exc}",
                "traceback": traceback.format_exc().splitlines()[-12:]}
     return {**out, "seconds": round(time.monotonic() - start, 1)}
+
+
+def child_json(cmd: list[str], failed: dict, timeout_s: float = 300) -> dict:
+    """The last JSON line a child process printed, or ``failed`` with the end of its stderr
+    (scripts that measure each case in a fresh process)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    return {**failed, "error": done.stderr.strip().splitlines()[-3:]}
+
+
+def table_probe_parser(doc: str, shapes: str, processes: int, pairs: int) -> argparse.ArgumentParser:
+    """The arguments of a script that probes a dispatch table's shapes in fresh processes
+    (--table, --cubins, --shapes, --processes, --pairs, --seed, --commit, --out; --child is the
+    parent's call of itself)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--cubins")
+    ap.add_argument("--shapes", default=shapes, help="MxNxK list")
+    ap.add_argument("--processes", type=int, default=processes, help="fresh processes")
+    ap.add_argument("--pairs", type=int, default=pairs, help="flushed pairs timed a shape")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--commit")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return ap

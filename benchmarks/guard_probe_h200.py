@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,21 +69,12 @@ def child(args: argparse.Namespace) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", required=True)
-    ap.add_argument("--cubins")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK list (the table's entries)")
-    ap.add_argument("--processes", type=int, default=6)
-    ap.add_argument("--pairs", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--commit")
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    from gpu_result import child_json, out_path, report_header, table_probe_parser, write
+
+    args = table_probe_parser(__doc__, DEFAULT_SHAPES, processes=6, pairs=40).parse_args()
     if args.child:
         print(json.dumps(child(args)))
         return 0
-    from gpu_result import out_path, report_header, write
 
     start = time.monotonic()
     result = {**report_header("benchmarks/guard_probe_h200.py", args.commit),
@@ -92,10 +82,7 @@ def main() -> int:
     base = [sys.executable, __file__, "--child", "--table", args.table, "--shapes", args.shapes,
             "--pairs", str(args.pairs)] + (["--cubins", args.cubins] if args.cubins else [])
     for p in range(args.processes):
-        done = subprocess.run(base + ["--seed", str(p)], capture_output=True, text=True, timeout=300)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-        result["processes"].append(json.loads(lines[-1]) if done.returncode == 0 and lines else
-                                   {"seed": p, "error": done.stderr.strip().splitlines()[-3:]})
+        result["processes"].append(child_json(base + ["--seed", str(p)], {"seed": p}))
     result["wall_s"] = round(time.monotonic() - start, 1)
     write(result, out_path("guard_probe_h200.json", args.out))
     print(f"{'shape':>18} proc  guard verdict (first 60)                              "

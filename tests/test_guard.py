@@ -45,6 +45,9 @@ class FakePlan:
         self.programmatic.append(programmatic)  # how each call asked to be launched
         return torch.matmul(a, b.t())
 
+    def prepared(self, a, b):  # what the guard times: a plain launch on the call's operands
+        return lambda: self(a, b, programmatic=False)
+
 
 def _dispatcher(tmp_path, timer, table=None, gpu=H200, **kw):
     return Dispatcher(table or _table(), gpu=gpu, guard_timer=timer,
@@ -57,6 +60,29 @@ def _first_call(d, M, N=4096, K=4096):
     plan = FakePlan(M, N, K)
     a, b = torch.randn(M, 64), torch.randn(N // 64, 64)
     return d._first_call(route, plan, a, b, d._devices[None]), plan
+
+
+def test_the_guard_times_launches_whose_outputs_exist_before_its_timing(tmp_path):
+    events = []
+
+    class Prepared(FakePlan):
+        def prepared(self, a, b):
+            events.append("prepared")
+            return super().prepared(a, b)
+
+    def timer(kernel, cublas):
+        events.append("timed")
+        first, second = cublas(), cublas()  # cuBLAS writes into one C allocated before the timing
+        assert first.data_ptr() == second.data_ptr() and first.shape == (1024, 4096)
+        kernel()
+        return 1.0, 2.0
+
+    d = _dispatcher(tmp_path, timer)
+    route = d.route(1024, 4096, 4096, "bf16")
+    plan = Prepared(1024, 4096, 4096)
+    a, b = torch.randn(1024, 64), torch.randn(4096, 64)
+    assert d._first_call(route, plan, a, b, d._devices[None]) is plan
+    assert events == ["prepared", "timed"] and plan.programmatic == [False]
 
 
 def test_a_slower_kernel_is_replaced_by_cublas_and_remembered(tmp_path):

@@ -234,10 +234,13 @@ class Dispatcher:
 
     def _first_call(self, route: Route, plan: Plan, a: torch.Tensor, b: torch.Tensor,
                     dev: DeviceState) -> Plan | None:
-        """The first-call guard on these operands: the plan, or None when cuBLAS was faster."""
-        decided = self._guard.first_call(route, plan.problem, dev.spec,
-                                         lambda: plan(a, b, programmatic=False),
-                                         lambda: torch.matmul(a, b.t()))
+        """The first-call guard on these operands: the plan, or None when cuBLAS was faster.
+        Both sides write into outputs allocated before the timing (the kernel's argument buffer
+        built too, Plan.prepared), so only launches are enqueued between the timing's events."""
+        c_ref = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
+        bt = b.t()
+        decided = self._guard.first_call(route, plan.problem, dev.spec, plan.prepared(a, b),
+                                         lambda: torch.matmul(a, bt, out=c_ref))
         return plan if decided.entry is not None else None
 
     def _route(self, M: int, N: int, K: int, dtype: str, dev: DeviceState | None) -> Route:

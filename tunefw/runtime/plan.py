@@ -22,7 +22,7 @@ early start would overlap, so the decisions hold without the overlap and serving
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -129,6 +129,17 @@ class Plan:
                 self._args.clear()
             self._args[key] = packed
         return packed[0]
+
+    def prepared(self, a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """A plain launch of C = A B^T (returning C) into a C allocated now, its argument buffer
+        built now: what the first-call guard times. Between the timing's events only the launch is then
+        enqueued; a new C or the tensor maps of new addresses (host work that can outlast the
+        L2 flush before the launch) would be timed as the kernel's, and a large shape gets one
+        timed pair, which cannot shed that."""
+        c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
+        params = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
+        stream = current_stream(self.index)
+        return lambda: self.launch(params, stream, False) or c
 
     def _config(self, stream: int, programmatic: bool) -> Any:
         config = self._configs.get((stream, programmatic))

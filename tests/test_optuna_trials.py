@@ -188,6 +188,24 @@ def test_deleting_a_study_deletes_its_optuna_studies_only(store, db_url):
     assert sorted(optuna.get_all_study_names(db_url)) == ["other/p/r0", "s/p/r0"]
 
 
+def test_a_new_round_starts_from_every_earlier_rounds_best_latest_first(store):
+    """Round 2 asks round 1's best, then round 0's that round 1 did not ask (a fresh search can
+    miss an older round's find), each config once."""
+    configs = [{**WGMMA.default_config(), "STAGES": st} for st in (3, 4, 5, 6)]
+    with store.session() as s:
+        study = q.get_study(s, "s")
+        row = study.problems[0]
+        for round_, picks in ((0, (0, 1)), (1, (2, 1))):  # ratios 0.875 and 1.2 in each round
+            study.round = round_
+            for config, outcome in zip([configs[i] for i in picks], OUTCOMES[:2]):
+                q.record_trial(s, study, row, "wgmma_sm90", config,
+                               config_key("wgmma_sm90", config), outcome, "src", None)
+        study.round = 2
+        assert q.previous_round_best(s, study, row, 3) == [
+            ("wgmma_sm90", configs[1]), ("wgmma_sm90", configs[2]), ("wgmma_sm90", configs[0])]
+        assert q.previous_round_best(s, study, row, 1) == [("wgmma_sm90", configs[1])]
+
+
 def test_a_new_round_starts_from_the_previous_rounds_best_configs(store):
     """After a source change the previous round's best configs are asked first (best first,
     one per config, failures never), so a new round cannot end up knowing less than the last."""

@@ -178,11 +178,18 @@ def top_trials(s: Session, problem: Problem, round_: int, n: int) -> list[Trial]
 
 def previous_round_best(s: Session, study: Study, problem: Problem,
                         n: int) -> list[tuple[str, dict]]:
-    """The (family, config) of the problem's n best configs in the round before the study's
-    current one (none in round 0): where a new round's search starts."""
-    if study.round == 0:
-        return []
-    return [(t.family, dict(t.config)) for t in top_trials(s, problem, study.round - 1, max(1, n))]
+    """The (family, config) of the problem's n best configs in each round before the study's
+    current one, the latest round first, each config once (none in round 0): where a new
+    round's search starts. Every earlier round, not only the last: a round's fresh search can
+    miss what an older one found (llama3_8b's round 1 never asked 256x4096x4096's round-0 best,
+    0.947x cuBLAS, and exported a config at 0.833x), and a later round would lose it for good."""
+    seen, out = set(), []
+    for round_ in range(study.round - 1, -1, -1):
+        for t in top_trials(s, problem, round_, max(1, n)):
+            if t.config_key not in seen:
+                seen.add(t.config_key)
+                out.append((t.family, dict(t.config)))
+    return out
 
 
 def outcome_counts(s: Session, problem: Problem, round_: int) -> Counter:

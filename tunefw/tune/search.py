@@ -62,7 +62,7 @@ class ProblemSearch:
                  prior: Sequence[tuple[str, dict]] = ()) -> None:
         """``host``: run TPE in that sampler process (a sweep's driver does); else in-process.
         ``prior``: (family, config) pairs a fresh search asks before the seeds (a new round
-        starts from the previous round's best, so it never knows less than that round did)."""
+        starts from every earlier round's best, so it never knows less than any of them did)."""
         self.families = families
         self.mirror = mirror
         self.problem = problem

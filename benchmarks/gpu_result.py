@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -103,3 +104,10 @@ def table_probe_parser(doc: str, shapes: str, processes: int, pairs: int) -> arg
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return ap
+
+
+def probe_child_command(script: str, args: argparse.Namespace) -> list[str]:
+    """A table_probe_parser script's call of itself as a child (what every child shares; the
+    caller appends --seed and its own)."""
+    return ([sys.executable, script, "--child", "--table", args.table, "--shapes", args.shapes,
+             "--pairs", str(args.pairs)] + (["--cubins", args.cubins] if args.cubins else []))

@@ -69,7 +69,8 @@ def child(args: argparse.Namespace) -> dict:
 
 
 def main() -> int:
-    from gpu_result import child_json, out_path, report_header, table_probe_parser, write
+    from gpu_result import (child_json, out_path, probe_child_command, report_header,
+                            table_probe_parser, write)
 
     args = table_probe_parser(__doc__, DEFAULT_SHAPES, processes=6, pairs=40).parse_args()
     if args.child:
@@ -79,8 +80,7 @@ def main() -> int:
     start = time.monotonic()
     result = {**report_header("benchmarks/guard_probe_h200.py", args.commit),
               "table": args.table, "pairs": args.pairs, "processes": []}
-    base = [sys.executable, __file__, "--child", "--table", args.table, "--shapes", args.shapes,
-            "--pairs", str(args.pairs)] + (["--cubins", args.cubins] if args.cubins else [])
+    base = probe_child_command(__file__, args)
     for p in range(args.processes):
         result["processes"].append(child_json(base + ["--seed", str(p)], {"seed": p}))
     result["wall_s"] = round(time.monotonic() - start, 1)

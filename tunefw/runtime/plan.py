@@ -132,10 +132,9 @@ class Plan:
 
     def prepared(self, a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor]:
         """A plain launch of C = A B^T (returning C) into a C allocated now, its argument buffer
-        built now: what the first-call guard times. Between the timing's events only the launch is then
-        enqueued; a new C or the tensor maps of new addresses (host work that can outlast the
-        L2 flush before the launch) would be timed as the kernel's, and a large shape gets one
-        timed pair, which cannot shed that."""
+        built now: what the first-call guard times, so that only the launch is enqueued between
+        its events (a new C or new tensor maps there can outlast the L2 flush before them and
+        be timed as the kernel's; a large shape gets one timed pair, which cannot shed that)."""
         c = torch.empty(self._m, self._n, dtype=self._out_dtype, device=self._device)
         params = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
         stream = current_stream(self.index)

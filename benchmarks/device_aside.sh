@@ -6,6 +6,9 @@
 #   bash benchmarks/device_aside.sh aside   # before the run call
 #   bash benchmarks/device_aside.sh back    # after it
 #
+# `aside PATH...` moves those too (e.g. benchmarks/results benchmarks/state: a call carrying Ray
+# and the HF wheels at once, for modelfused, has room for the code alone); `back` brings them.
+#
 # .whl cannot carry Ray (ray.tar.xz, 32 MB) and the Hugging Face wheels (benchmarks/hf_wheels.txt,
 # 17 MB) at once beside the tree: `wheels ray` leaves Ray in .whl for a sweep (launch, records,
 # llamatable), `wheels hf` the HF wheels for hf_llama_h200.py / hf_eager_profile_h200.py (no
@@ -19,9 +22,14 @@ FILES=(benchmarks/state/records/records_h200.db.xz benchmarks/results/report_sim
        benchmarks/results/report_replay_decode2_h200.png)
 case "${1:-}" in
   aside) mkdir -p "$KEEP"; for f in "${FILES[@]}"; do [ -e "$f" ] && mkdir -p "$KEEP/$(dirname "$f")" && mv "$f" "$KEEP/$f"; done
+         shift; for f in "$@"; do [ -e "$f" ] && mkdir -p "$KEEP/more/$(dirname "$f")" && mv "$f" "$KEEP/more/$f" \
+                                   && echo "$f" >> "$KEEP/more.txt"; done
          echo "moved aside: $(du -sh "$KEEP" | cut -f1) (bash $0 back afterwards)" ;;
-  back) for f in "${FILES[@]}"; do [ -e "$KEEP/$f" ] && mv "$KEEP/$f" "$f"; done
+  back) more=(); [ -f "$KEEP/more.txt" ] && mapfile -t more < "$KEEP/more.txt" && rm "$KEEP/more.txt"
+        for f in "${more[@]}"; do [ -e "$KEEP/more/$f" ] && [ ! -e "$f" ] && mv "$KEEP/more/$f" "$f"; done
+        for f in "${FILES[@]}"; do [ -e "$KEEP/$f" ] && mv "$KEEP/$f" "$f"; done
         for f in "${FILES[@]}"; do [ -e "$f" ] || git checkout -- "$f"; done  # a lost one: HEAD's
+        git ls-files --deleted -z | xargs -0 -r git checkout --  # any other lost one: HEAD's
         echo "restored" ;;
   wheels)
     mkdir -p "$KEEP/whl"

@@ -26,6 +26,11 @@
 #                     was measured with, whatever main's method and kernels are now)
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
+#   modelfused  (540) model_table_h200.py --fuse --study hf_llama3_8b_fused (study, sweep, export,
+#                     hf): the fused model's own table (q/k/v and gate/up one GEMM each, 25
+#                     problems, FUSED_TRIALS trials, default 32) and the model patched with
+#                     fuse=True against stock. Carries Ray and the HF wheels at once: before the
+#                     call `device_aside.sh aside benchmarks/results benchmarks/state`
 #   pdlcheck    (150) pdl_check_h200.py: chained up/down GEMMs served with and without
 #                     programmatic launches agree bit for bit (eager, graphs) and their times
 #   modelpdl    (330) model_table_h200.py --redo export,hf: the table's cubins shipped again
@@ -158,6 +163,9 @@ for name in "$@"; do
     plancache) step plancache 150 python3 benchmarks/plan_cache_h200.py --layers 4 --steps 12 ;;
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
+    modelfused) step modelfused 540 python3 benchmarks/model_table_h200.py --commit "$TUNEFW_COMMIT" \
+        --fuse --study hf_llama3_8b_fused --trials "${FUSED_TRIALS:-32}" \
+        --phases study,sweep,export,hf --budget-s $((BATCH_S - SECONDS - 15)) ;;
     pdlcheck) step pdlcheck 150 python3 benchmarks/pdl_check_h200.py --commit "$TUNEFW_COMMIT" ;;
     modelpdl) step modelpdl 330 env TUNEFW_PDL=1 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo export,hf --phases export,hf --budget-s 300 ;;

@@ -66,12 +66,23 @@ def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
 
 
 def routes(step, model: torch.nn.Module, dispatcher) -> dict:
-    """Run ``step`` once eagerly, recording each tunefw.Linear call; per GEMM shape: the calls
-    and the route the dispatcher gives those very operands (on CPU: its preview for the table's GPU)."""
+    """Run ``step`` once eagerly, recording each GEMM the tunefw layers run; per GEMM shape: the
+    calls and the route the dispatcher gives those very operands (on CPU: its preview for the
+    table's GPU). A fused group's GEMM counts once, under its summed N; a member served from it
+    runs none (``from_group``)."""
     seen: Counter = Counter()
     served: dict[str, dict] = {}
+    from_group: Counter = Counter()
 
     def hook(module, inputs):
+        group = getattr(module, "_group", None)
+        if group is not None and module._index:
+            last = group.last
+            if last is not None and last[0] is inputs[0]:
+                from_group[type(module).__name__] += 1
+                return
+        elif group is not None:
+            module = group.linear  # the leader runs the group's GEMM
         x = inputs[0].reshape(-1, inputs[0].shape[-1])
         key = f"{x.shape[0]}x{module.out_features}x{module.in_features}"
         seen[key] += 1
@@ -82,7 +93,8 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
                            "family": r.entry.family if r.entry is not None else "cublas",
                            "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}" if r.entry is not None else None,
                            "reason": r.reason}
-    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if type(m) is tunefw.Linear]
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules()
+               if isinstance(m, tunefw.Linear)]
     try:
         step()
     finally:
@@ -90,7 +102,8 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
             h.remove()
     per_shape = {k: {"calls": n, **served[k]} for k, n in seen.items()}
     return {"per_shape": per_shape, "calls_by_path": _count(per_shape, "path"),
-            "calls_by_family": _count(per_shape, "family")}
+            "calls_by_family": _count(per_shape, "family"),
+            "members_served_by_their_group": sum(from_group.values())}
 
 
 def _count(per_shape: dict, field: str) -> dict[str, int]:
@@ -240,14 +253,14 @@ def _host_text(timed: dict) -> str:
 
 
 def logits_at_depth(sizes: dict, layers: int, dev: torch.device, dispatcher, past: int,
-                    smoke: bool) -> dict:
+                    smoke: bool, fuse: bool = False) -> dict:
     """Each case's eager logits, patched vs stock and both vs the rounded twin, on a model of
     ``layers`` decoder layers (the issue's 2): through 32 random layers any other correct GEMM
     (the rounded twin's, tunefw's) moves them by a few percent, so the 1e-2 bar is judged here,
     beside the deep figures."""
     stock = build_model(sizes, layers, dev, seed=1)
     patched, rounded = twin(stock), rounded_twin(stock)
-    tunefw.patch(patched, dispatcher)
+    tunefw.patch(patched, dispatcher, fuse=fuse)
     errors, vs_twin = {}, {}
     for label, kind, size in cases(smoke):
         def make(m, kind=kind, size=size):
@@ -338,6 +351,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="result file (default: $OUT or benchmarks/results)")
     ap.add_argument("--no-aa", action="store_true",
                     help="skip the eager A/A (stock against an unpatched copy of it)")
+    ap.add_argument("--fuse", action="store_true", help="patch with fuse=True: q/k/v and gate/up "
+                    "each one GEMM (the table should be a fused study's: --from-model --fuse)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny model on the CPU, to check the script (not a result)")
     args = ap.parse_args()
@@ -360,7 +375,7 @@ def main() -> int:
     copy = None if args.no_aa else twin(stock)
     torch.backends.cuda.matmul.allow_tf32 = False  # the rounded twin's float32 GEMMs: no TF32
     dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
-    patch = tunefw.patch(patched, dispatcher)
+    patch = tunefw.patch(patched, dispatcher, fuse=args.fuse)
     env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "python": platform.python_version(),
@@ -375,7 +390,8 @@ def main() -> int:
               else "H200 end to end: HF Llama stock vs tunefw.patch",
               "env": env, "model": {**sizes, "num_hidden_layers": layers, "dtype": "bf16",
                                     "past_tokens": past, "attention": "sdpa"},
-              "patch": {"swapped": len(patch.swapped), "skipped": patch.skipped},
+              "patch": {"swapped": len(patch.swapped), "skipped": patch.skipped,
+                        "fused_groups": len(patch.fused)},
               "shapes": {f"{n}x{k}": v for (n, k), v in linear_shapes(stock).items()},
               "rounds": rounds, "eager_rounds": eager_rounds, "cases": []}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -394,7 +410,7 @@ def main() -> int:
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
         report["logits_at_depth"] = logits_at_depth(sizes, args.logits_layers, dev, dispatcher,
-                                                    past, args.cpu_smoke)
+                                                    past, args.cpu_smoke, args.fuse)
         report["host_cost"] = host_costs(stock, patched, cuda, host_inputs(args.cpu_smoke),
                                          SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:

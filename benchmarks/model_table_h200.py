@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--study-file", type=Path,
                     help="or a study file (e.g. studies/llama3_8b.yaml) instead of --model")
     ap.add_argument("--m-grid", default=DEFAULTS["m_grid"], help="tuned M (tokens per call)")
+    ap.add_argument("--fuse", action="store_true", help="tune and serve sibling groups (q/k/v, "
+                    "gate/up) as one GEMM each: study create --fuse, hf_llama_h200.py --fuse")
     # With --study-file, the study's name, trials, timeout and confirm_top are the file's unless
     # given here (issue 14's table is a sweep of studies/llama3_8b.yaml as it stands)
     ap.add_argument("--study", help=f"study name (default {DEFAULTS['study']}, or the file's)")
@@ -177,7 +179,7 @@ def commands(args: argparse.Namespace, state: State, time_limit: float) -> dict[
     cli = [sys.executable, "-m", "tunefw", "--db", state.db]
     families = [w for f in FAMILIES for w in ("--family", f)]
     source = (["--from", str(args.study_file)] if args.study_file
-              else ["--from-model", args.model, "--m-grid", args.m_grid])
+              else ["--from-model", args.model, "--m-grid", args.m_grid, *(["--fuse"] if args.fuse else [])])
     return {
         "study": cli + ["study", "create", args.study, *source, *families, "--trials",
                         str(args.trials), "--timeout", f"{args.timeout:g}",
@@ -191,7 +193,8 @@ def commands(args: argparse.Namespace, state: State, time_limit: float) -> dict[
         "guard": [sys.executable, str(REPO / "benchmarks" / "dispatch_guard_h200.py"),
                   "--table", str(state.calibrated), "--cubins", str(state.cubins)],
         "hf": [sys.executable, str(REPO / "benchmarks" / "hf_llama_h200.py"),
-               "--table", str(state.table), "--cubins", str(state.cubins)],
+               "--table", str(state.table), "--cubins", str(state.cubins),
+               *(["--fuse"] if args.fuse else [])],
     }
 
 
@@ -308,7 +311,7 @@ def result(args: argparse.Namespace, state: State, started: float, finished: boo
     state.data["runs"].append(run)
     state.save()
     source = {"study_file": str(args.study_file)} if args.study_file else {
-        "model": args.model, "m_grid": args.m_grid}
+        "model": args.model, "m_grid": args.m_grid, "fuse": args.fuse}
     return {"script": SCRIPT, **source, "study": args.study,
             "families": list(FAMILIES), "trials": args.trials, "phases": state.data["done"],
             "runs": state.data["runs"], "finished": finished}

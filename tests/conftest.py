@@ -272,3 +272,27 @@ def one_line_error(code: int, err: str, needle: str) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], err
     assert "Traceback" not in err and "internal error" not in err
+
+
+@pytest.fixture
+def no_table():
+    """tunefw::gemm with no dispatch table (torch.matmul / F.linear), restored after the test."""
+    from tunefw.runtime import ops
+
+    saved = dict(ops._state)
+    ops._state.update(dispatcher=None, env_read=True)
+    yield
+    ops._state.clear()
+    ops._state.update(saved)
+
+
+@pytest.fixture
+def llama():
+    """A tiny random bf16 transformers Llama (2 layers, hidden 64, vocabulary 256), eval mode."""
+    import torch
+
+    transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'tunefw[hf]')")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()

@@ -77,6 +77,23 @@ def test_route_counts_name_every_gemm_of_a_step(model):
         assert (v["path"], v["family"]) == (route.path, route.entry.family if route.entry else "cublas")
 
 
+def test_route_counts_of_a_fused_patch_count_each_groups_gemm_once(model):
+    saved = dict(ops._state)
+    try:
+        patched = twin(model).to(torch.bfloat16)
+        dispatcher = tunefw.Dispatcher(REPO / "benchmarks/results/dispatch_decode_h200.json")
+        assert len(tunefw.patch(patched, dispatcher, fuse=True).fused) == 4
+        with torch.no_grad():
+            got = bench.routes(Prefill(patched, 6, torch.Generator().manual_seed(1)), patched, dispatcher)
+    finally:
+        ops._state.clear()
+        ops._state.update(saved)
+    # per layer q+k+v (256+128+128) and gate+up (2x512) one GEMM each: k, v and up ride along
+    assert {k: v["calls"] for k, v in got["per_shape"].items()} == {
+        "6x512x256": 2, "6x256x256": 2, "6x1024x256": 2, "6x256x512": 2, "1x1024x256": 1}
+    assert got["members_served_by_their_group"] == 6
+
+
 def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_input():
     assert [bench.calls_per_round("decode", 1, n) for n in (2, 8, 32)] == [20, 5, 1]
     assert [bench.calls_per_round("prefill", 512, n) for n in (2, 32)] == [8, 1]

@@ -138,3 +138,16 @@ def test_cli_study_create_from_model(db_url, llama_config, entry_file):
     bad = invoke_cli("study", "create", "x", "--from-model", f"{entry_file}:nope", db=db_url)
     assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0
     assert "has no function nope" in bad.stderr
+
+
+def test_cli_study_create_from_model_fused(db_url, llama_config):
+    made = invoke_cli("study", "create", "tinyf", "--from-model", str(llama_config), "--m-grid",
+                      "1,16", "--fuse", db=db_url)
+    assert made.returncode == 0, made.stderr
+    assert "N=512 K=256 tuned as bf16: 2 layer(s): model.layers.*.self_attn.q_proj+k_proj+v_proj" in made.stdout
+    shown = json.loads(invoke_cli("study", "show", "tinyf", "--json", db=db_url).stdout)
+    rows = {(p["N"], p["K"], p["label"]) for p in shown["problems"] if p["M"] == 16}
+    assert rows == {(512, 256, "q_proj_k_proj_v_proj"), (256, 256, "o_proj"),
+                    (1024, 256, "gate_proj_up_proj-lm_head"), (256, 512, "down_proj")}
+    bad = invoke_cli("study", "create", "y", "--shape", "16x256x256", "--fuse", db=db_url)
+    assert bad.returncode != 0 and bad.stderr.strip() == "tunefw: error: study create: --fuse applies to --from-model only"

@@ -287,3 +287,13 @@ def test_a_shape_served_by_the_baselines_own_call_is_spread_not_a_loss():
         assert on["baseline_call_spread"] == off["baseline_call_spread"] == spread, path
         assert abs(summary["untuned_geomean"]["geomean"] - 0.96 ** (1 / 48) * 1.05 ** (47 / 48)) < 1e-9
 
+
+
+def test_fuse_tunes_and_times_the_fused_model():
+    """--fuse: the study is the fused model's (study create --fuse) and the hf phase patches
+    with fuse=True, so every GEMM the fused model runs is an exact entry."""
+    args = mt.parse_args(["--fuse", "--study", "hf_fused"])
+    cmds = mt.commands(args, mt.State(Path("unused")), 300)
+    assert "--fuse" in cmds["study"] and cmds["study"][cmds["study"].index("create") + 1] == "hf_fused"
+    assert cmds["hf"][-1] == "--fuse"
+    assert "--fuse" not in mt.commands(mt.parse_args([]), mt.State(Path("unused")), 300)["hf"]

@@ -13,22 +13,7 @@ LAYER = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.
 NAMES = [f"model.layers.{i}.{n}" for i in range(2) for n in LAYER] + ["lm_head"]
 
 
-@pytest.fixture(autouse=True)
-def no_table():
-    saved = dict(ops._state)
-    ops._state.update(dispatcher=None, env_read=True)
-    yield
-    ops._state.clear()
-    ops._state.update(saved)
-
-
-@pytest.fixture
-def llama():
-    transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'tunefw[hf]')")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
-    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+pytestmark = pytest.mark.usefixtures("no_table")
 
 
 def _logits(model, ids):

@@ -66,6 +66,8 @@ def study_create(
              "on disk, or a function returning an nn.Module (built on the meta device)."),
     m_grid: str = typer.Option("both", "--m-grid", metavar="decode|prefill|both|LIST",
                                help="Token counts M for --from-model (README: the M grid)."),
+    fuse: bool = typer.Option(False, "--fuse", help="With --from-model: tune each sibling group "
+                              "(q/k/v, gate/up) as the one GEMM tunefw.patch(model, fuse=True) runs."),
 ) -> None:
     """Create a study from a YAML file, --shape options and/or a model's linear layers; the
     options override the file's fields."""
@@ -81,9 +83,11 @@ def study_create(
     data["name"] = name
     if shape:
         data["problems"] = list(data.get("problems", [])) + [{"shape": s} for s in shape]
-    if from_model is not None:  # the model's own layers, unfused (tunefw.study.model_shapes)
+    if fuse and from_model is None:
+        raise UserError("study create: --fuse applies to --from-model only")
+    if from_model is not None:  # the model's own layers (tunefw.study.model_shapes)
         from tunefw.study.model_shapes import study_problems
-        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"))
+        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"), fuse)
         data["problems"] = list(data.get("problems", [])) + problems
         for note in notes:
             out.print(note, markup=False, highlight=False)

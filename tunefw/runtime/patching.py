@@ -10,6 +10,8 @@ exactly ``nn.Linear`` (a subclass has its own forward: quantized and adapter lay
 alone), with a bf16 or fp16 weight, N and K multiples of 8, whose forward is not replaced on the
 instance, and that ``include`` / ``exclude`` (glob patterns on module names) allow.
 ``unpatch`` turns every ``tunefw.Linear`` back into a plain ``nn.Linear``, same parameters.
+``fuse=True`` also groups sibling layers that take the same input (q/k/v, gate/up:
+tunefw/study/siblings.py) so that each group runs as one GEMM (tunefw/runtime/fusion.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from typing import Iterable
 import torch
 
 from tunefw.problem import DTYPES
+from tunefw.runtime.fusion import FusedLinear, Group
 from tunefw.runtime.ops import Linear, set_dispatch
+from tunefw.study.siblings import sibling_groups
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -32,10 +36,11 @@ class PatchReport:
     swapped: list[str] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> reason
+    fused: list[str] = field(default_factory=list)  # 'parent.q_proj+k_proj+v_proj': one GEMM each
 
     def __str__(self) -> str:
         lines = [f"tunefw.patch: {len(self.swapped)} layer(s) swapped, {len(self.already)} already "
-                 f"tunefw.Linear, {len(self.skipped)} skipped"]
+                 f"tunefw.Linear, {len(self.skipped)} skipped, {len(self.fused)} sibling group(s) fused"]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -66,12 +71,15 @@ def why_not(module: torch.nn.Module) -> str | None:
 
 
 def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[str] | None = None,
-          exclude: str | Iterable[str] | None = None) -> PatchReport:
+          exclude: str | Iterable[str] | None = None,
+          fuse: bool | Iterable[Iterable[str]] = False) -> PatchReport:
     """Swap every eligible nn.Linear of ``model`` for tunefw.Linear in place; see the module doc.
 
     ``dispatcher``: a Dispatcher, a DispatchTable or a dispatch.json path made the process-wide
     one (tunefw::gemm serves one table per process); None keeps the current one.
     ``include`` / ``exclude``: glob patterns on module names (``"*.mlp.*"``, ``"lm_head"``).
+    ``fuse``: True (the sibling sets of tunefw/study/siblings.py) or sets of leaf names, e.g.
+    ``[("q_proj", "k_proj", "v_proj")]``: each group of swapped siblings runs as one GEMM.
     """
     if dispatcher is not None:
         set_dispatch(dispatcher)
@@ -82,7 +90,7 @@ def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[st
         if not isinstance(module, torch.nn.Linear) or id(module) in seen:
             continue
         seen.add(id(module))
-        if type(module) is Linear:
+        if type(module) in (Linear, FusedLinear):
             report.already.append(name)
             continue
         if include_p is not None and not _matches(name, include_p):
@@ -97,14 +105,33 @@ def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[st
             continue
         module.__class__ = Linear  # same object: parameters, hooks, state_dict keys unchanged
         report.swapped.append(name)
+    if fuse:
+        report.fused = _fuse(model, fuse)
     return report
+
+
+def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]]) -> list[str]:
+    """Group the plain tunefw.Linear siblings of ``model``; the names of the groups made."""
+    made = []
+    for group in sibling_groups(model, fuse):
+        parent = model.get_submodule(group.parent)
+        members = [getattr(parent, leaf) for leaf in group.leaves]
+        members = [m for m in members if type(m) is Linear and not m._forward_hooks
+                   and not m._forward_pre_hooks]  # a hooked member must see its own call
+        if len(members) >= 2:
+            Group(members)
+            made.append(".".join(filter(None, (group.parent, "+".join(
+                leaf for leaf in group.leaves if getattr(parent, leaf) in members)))))
+    return made
 
 
 def unpatch(model: torch.nn.Module) -> list[str]:
     """Turn every tunefw.Linear of ``model`` back into a plain nn.Linear; returns their names."""
     restored = []
     for name, module in model.named_modules():
-        if type(module) is Linear:
+        if type(module) is FusedLinear and "_group" in vars(module):
+            module._group.unstack()  # every member of the group gets its own weight again
+        if type(module) in (Linear, FusedLinear):
             module.__class__ = torch.nn.Linear
             for memo in ("_cublas", "_fast"):  # tunefw.Linear's routes: a plain module pickles
                 module.__dict__.pop(memo, None)

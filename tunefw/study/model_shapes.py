@@ -4,8 +4,10 @@ A model comes from a ``transformers`` config (a config.json file, or a model dir
 on disk: no download), from a Python entry point ``module:function`` (or ``file.py:function``)
 that returns an ``nn.Module``, or as an ``nn.Module``. Models named by a source are built on the
 meta device (no weights are allocated or read). Every ``nn.Linear`` counts as it is (unfused,
-lm_head included): one GEMM of N=out_features, K=in_features per call. Layers tunefw cannot
-tune (N or K not a multiple of 8) are reported, never silently dropped.
+lm_head included): one GEMM of N=out_features, K=in_features per call; with ``fuse``, a sibling
+group (tunefw/study/siblings.py: the layers ``tunefw.patch(model, fuse=...)`` serves as one GEMM)
+counts as that one GEMM instead. Layers tunefw cannot tune (N or K not a multiple of 8) are
+reported, never silently dropped.
 
 M is the number of tokens a call multiplies (batch x sequence). The grids (README):
 decode ``M_GRIDS["decode"]`` (1 ... 256 sequences, one token each) and prefill
@@ -25,6 +27,7 @@ import torch
 
 from tunefw.errors import UserError
 from tunefw.problem import DTYPES
+from tunefw.study.siblings import sibling_groups
 
 M_GRIDS: dict[str, tuple[int, ...]] = {
     "decode": (1, 2, 4, 8, 16, 32, 64, 128, 256),
@@ -81,12 +84,19 @@ def dtype_label(dtype: torch.dtype) -> str:
     return _TORCH_TO_TUNEFW.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def collect_linears(model: torch.nn.Module) -> list[LinearShape]:
-    """The distinct (N, K, dtype) of every ``nn.Linear`` in ``model``, in first-use order."""
+def collect_linears(model: torch.nn.Module, fuse: bool | list = False) -> list[LinearShape]:
+    """The distinct (N, K, dtype) of every ``nn.Linear`` in ``model``, in first-use order; with
+    ``fuse``, each sibling group as one layer 'parent.q_proj+k_proj+v_proj' of the summed N."""
+    fused = {g.names[0]: g for g in sibling_groups(model, fuse)} if fuse else {}
+    members = {name for g in fused.values() for name in g.names[1:]}
     shapes: dict[tuple[int, int, str], LinearShape] = {}
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear):
-            key = (module.out_features, module.in_features, dtype_label(module.weight.dtype))
+        if isinstance(module, torch.nn.Linear) and name not in members:
+            n = module.out_features
+            group = fused.get(name)
+            if group is not None:
+                n, name = group.N, ".".join(filter(None, (group.parent, group.leaf)))
+            key = (n, module.in_features, dtype_label(module.weight.dtype))
             shapes.setdefault(key, LinearShape(*key)).names.append(name)
     return list(shapes.values())
 
@@ -243,14 +253,14 @@ class ModelShapes:
 
 
 def model_shapes(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                 dtype: str = "bf16") -> ModelShapes:
+                 dtype: str = "bf16", fuse: bool = False) -> ModelShapes:
     """The linear shapes of a model (see the module docstring) over an M grid."""
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     grid = parse_m_grid(m_grid)
     model = load_model(source, dtype)
     label = source if not isinstance(source, torch.nn.Module) else type(source).__name__
-    shapes = collect_linears(model)
+    shapes = collect_linears(model, fuse)
     if not shapes:
         raise UserError(f"{label}: the model has no nn.Linear layer")
     found = ModelShapes(str(label), shapes, grid, dtype)
@@ -260,9 +270,9 @@ def model_shapes(source: str | Path | torch.nn.Module, m_grid: str | list[int] =
 
 
 def study_problems(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                   dtype: str = "bf16") -> tuple[list[dict], list[str]]:
+                   dtype: str = "bf16", fuse: bool = False) -> tuple[list[dict], list[str]]:
     """(problems for a study, one note per distinct shape) from a model; see model_shapes()."""
-    found = model_shapes(source, m_grid, dtype)
+    found = model_shapes(source, m_grid, dtype, fuse)
     return found.problems(), found.notes()
 
 

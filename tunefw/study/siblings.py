@@ -1,0 +1,89 @@
+"""Sibling linear layers that multiply the same input: the GEMMs a model can run as one.
+
+A transformer block projects one hidden state several times (q, k and v; gate and up). Run as
+one GEMM of N = the sum of the siblings' N, the weights stream once per call instead of once per
+layer and two launches (with their ramp and tail) go away: at decode, where each GEMM is a
+bandwidth-bound read of a few tens of MB, that is most of what separate layers lose.
+
+Siblings are found by name: the children of one module whose leaf names form one of the sets
+below (in that order), all ``nn.Linear`` with the same K, dtype and device, and a bias on all or
+none. Names only propose a group; the runtime (tunefw/runtime/fusion.py) serves a sibling from
+the group's GEMM only when it is called with the very tensor the first sibling was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+#: The sibling sets ``fuse=True`` looks for: Llama/Mistral/Qwen (q/k/v, gate/up), BERT-style
+#: attention (query/key/value) and Mixtral-style experts (w1/w3).
+SIBLING_SETS: tuple[tuple[str, ...], ...] = (
+    ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
+    ("query", "key", "value"), ("w1", "w3"),
+)
+
+
+@dataclass(frozen=True)
+class SiblingGroup:
+    """Sibling layers of one parent, in call order: the first computes the group's GEMM."""
+
+    parent: str  # the parent module's name ('' for the root)
+    leaves: tuple[str, ...]  # the members' attribute names under the parent
+    widths: tuple[int, ...]  # each member's N (out_features)
+    K: int
+
+    @property
+    def names(self) -> list[str]:
+        """The members' full module names."""
+        return [f"{self.parent}.{leaf}" if self.parent else leaf for leaf in self.leaves]
+
+    @property
+    def N(self) -> int:
+        """The fused GEMM's N: the members' N added."""
+        return sum(self.widths)
+
+    @property
+    def leaf(self) -> str:
+        """'q_proj+k_proj+v_proj': the fused layer's name under its parent."""
+        return "+".join(self.leaves)
+
+
+def sibling_sets(fuse: bool | Iterable[Iterable[str]]) -> tuple[tuple[str, ...], ...]:
+    """``fuse`` as sets of leaf names: True -> SIBLING_SETS, False -> none, else the sets given."""
+    if fuse is True:
+        return SIBLING_SETS
+    if fuse is False or fuse is None:
+        return ()
+    sets = tuple(tuple(s) for s in fuse)
+    for s in sets:
+        if len(s) < 2 or not all(isinstance(leaf, str) and leaf for leaf in s):
+            raise ValueError(f"fuse: {s!r}: expected two or more leaf names, e.g. ('q_proj', 'k_proj')")
+    return sets
+
+
+def sibling_groups(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]] = True) -> list[SiblingGroup]:
+    """The sibling groups of ``model`` (see the module docstring), in module order; a layer is
+    in one group at most, and a set of which fewer than two members qualify gives none."""
+    sets = sibling_sets(fuse)
+    groups: list[SiblingGroup] = []
+    taken: set[int] = set()
+    for parent_name, parent in model.named_modules():
+        children = dict(parent.named_children())
+        for leaves in sets:
+            members = [(leaf, children[leaf]) for leaf in leaves if leaf in children
+                       and isinstance(children[leaf], torch.nn.Linear) and id(children[leaf]) not in taken]
+            if len(members) < 2:
+                continue
+            first = members[0][1]
+            same = [(leaf, m) for leaf, m in members
+                    if m.in_features == first.in_features and m.weight.dtype == first.weight.dtype
+                    and m.weight.device == first.weight.device
+                    and (m.bias is None) == (first.bias is None)]
+            if len(same) < 2:
+                continue
+            taken.update(id(m) for _, m in same)
+            groups.append(SiblingGroup(parent_name, tuple(leaf for leaf, _ in same),
+                                       tuple(m.out_features for _, m in same), first.in_features))
+    return groups

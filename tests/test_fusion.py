@@ -110,6 +110,19 @@ def test_a_member_serves_from_the_group_only_on_the_leaders_very_input(gemms):
         assert torch.equal(block.k_proj(x), _separate(block, x)[1]) and gemms[-1] == (16, 16)
 
 
+def test_a_deep_copy_of_a_fused_model_runs_its_members_alone(gemms):
+    import copy
+
+    block = _qkv(bias=False)
+    tunefw.patch(block, fuse=True)
+    twin = copy.deepcopy(block)
+    x = torch.randn(2, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = [twin.q_proj(x), twin.k_proj(x), twin.v_proj(x)]
+    assert gemms == [(32, 16), (16, 16), (16, 16)]
+    assert all(torch.equal(g, w) for g, w in zip(got, _separate(block, x)))
+
+
 def test_recording_grad_runs_every_member_alone():
     block = _qkv(bias=False)
     tunefw.patch(block, fuse=True)

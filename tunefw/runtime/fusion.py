@@ -26,15 +26,17 @@ def _version(x: torch.Tensor) -> int | None:
 class FusedLinear(Linear):
     """A tunefw.Linear that is a member of a sibling group (see the module docstring)."""
 
-    _group: "Group"
-    _index: int  # the member's place in the group: 0 computes the group's GEMM
+    _group: "Group | None" = None  # None in a copy: the group names the original's modules
+    _index: int = 0  # the member's place in the group: 0 computes the group's GEMM
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self._group.serve(self._index, x)
+        group = self._group
+        y = group.serve(self._index, x) if group is not None else None
         return y if y is not None else Linear.forward(self, x)
 
     def __getstate__(self) -> dict:
-        """Pickled and deep-copied as a plain tunefw.Linear (the group names live modules)."""
+        """Pickled and deep-copied without its group (which names the original's modules): the
+        copy's members run alone."""
         state = super().__getstate__()
         state.pop("_group", None)
         state.pop("_index", None)

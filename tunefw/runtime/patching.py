@@ -16,7 +16,7 @@ tunefw/study/siblings.py) so that each group runs as one GEMM (tunefw/runtime/fu
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import torch
@@ -115,13 +115,12 @@ def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]]) -> list[
     made = []
     for group in sibling_groups(model, fuse):
         parent = model.get_submodule(group.parent)
-        members = [getattr(parent, leaf) for leaf in group.leaves]
-        members = [m for m in members if type(m) is Linear and not m._forward_hooks
-                   and not m._forward_pre_hooks]  # a hooked member must see its own call
-        if len(members) >= 2:
-            Group(members)
-            made.append(".".join(filter(None, (group.parent, "+".join(
-                leaf for leaf in group.leaves if getattr(parent, leaf) in members)))))
+        kept = [(leaf, m) for leaf in group.leaves for m in [getattr(parent, leaf)]
+                if type(m) is Linear and not m._forward_hooks
+                and not m._forward_pre_hooks]  # a hooked member must see its own call
+        if len(kept) >= 2:
+            Group([m for _, m in kept])
+            made.append(replace(group, leaves=tuple(leaf for leaf, _ in kept)).name)
     return made
 
 

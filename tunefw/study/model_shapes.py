@@ -95,7 +95,7 @@ def collect_linears(model: torch.nn.Module, fuse: bool | list = False) -> list[L
             n = module.out_features
             group = fused.get(name)
             if group is not None:
-                n, name = group.N, ".".join(filter(None, (group.parent, group.leaf)))
+                n, name = group.N, group.name
             key = (n, module.in_features, dtype_label(module.weight.dtype))
             shapes.setdefault(key, LinearShape(*key)).names.append(name)
     return list(shapes.values())

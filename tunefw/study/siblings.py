@@ -49,6 +49,11 @@ class SiblingGroup:
         """'q_proj+k_proj+v_proj': the fused layer's name under its parent."""
         return "+".join(self.leaves)
 
+    @property
+    def name(self) -> str:
+        """The fused layer's full name, 'model.layers.0.self_attn.q_proj+k_proj+v_proj'."""
+        return f"{self.parent}.{self.leaf}" if self.parent else self.leaf
+
 
 def sibling_sets(fuse: bool | Iterable[Iterable[str]]) -> tuple[tuple[str, ...], ...]:
     """``fuse`` as sets of leaf names: True -> SIBLING_SETS, False -> none, else the sets given."""

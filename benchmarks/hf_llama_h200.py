@@ -81,7 +81,7 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
             if last is not None and last[0] is inputs[0]:
                 from_group[type(module).__name__] += 1
                 return
-        elif group is not None:
+        elif group is not None and group.fuses(inputs[0]):
             module = group.linear  # the leader runs the group's GEMM
         x = inputs[0].reshape(-1, inputs[0].shape[-1])
         key = f"{x.shape[0]}x{module.out_features}x{module.in_features}"
@@ -125,16 +125,39 @@ def host_inputs(smoke: bool) -> list[tuple[int, int]]:
     return [(size, 1) if kind == "decode" else (1, size) for _, kind, size in cases(smoke)]
 
 
+def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[int, int, list[str]]]:
+    """(N, K, layers) per host-cost call on one input: one layer of each (N, K), or, where the
+    patched model fuses siblings, each distinct group's layers in call order under their summed
+    N (its first member alone runs the group's GEMM: not one layer's call)."""
+    names = {id(m): n for n, m in patched.named_modules()}
+    groups = {id(m._group): [names[id(x)] for x in m._group.members]
+              for m in patched.modules() if getattr(m, "_group", None) is not None}
+    grouped = {n for g in groups.values() for n in g}
+    units = [(n, k, alone[:1]) for (n, k), layers in linear_shapes(stock).items()
+             for alone in [[x for x in layers if x not in grouped]] if alone]
+    seen = set()
+    for g in groups.values():
+        layers = [stock.get_submodule(x) for x in g]
+        key = (tuple(x.rsplit(".", 1)[-1] for x in g), tuple(m.out_features for m in layers),
+               layers[0].in_features)
+        if key not in seen:
+            seen.add(key)
+            units.append((sum(key[1]), key[2], g))
+    return units
+
+
 def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inputs: list[tuple[int, int]],
                calls: int = 200, repeats: int = 15) -> dict:
-    """Per (N, K) of the model and per case's input (batch, tokens, K): enqueue and wall
-    microseconds per call, nn.Linear (stock) and tunefw.Linear (patched), medians of
+    """Per (N, K) the model runs (call_units) and per case's input (batch, tokens, K): enqueue
+    and wall microseconds per call, nn.Linear (stock) and tunefw.Linear (patched), medians of
     ``repeats`` alternating repeats, and each repeat's pair of enqueue times (what the verdict
-    tests); fewer calls where a call's GPU work is long (prefill)."""
+    tests); fewer calls where a call's GPU work is long (prefill). A fused group's call is its
+    members' calls on one input, in both models."""
     dev = next(stock.parameters()).device
     out = {}
-    for (n, k), names in linear_shapes(stock).items():
-        pair = {"nn.Linear": stock.get_submodule(names[0]), "tunefw.Linear": patched.get_submodule(names[0])}
+    for n, k, names in call_units(stock, patched):
+        pair = {label: _unit([model.get_submodule(name) for name in names])
+                for label, model in (("nn.Linear", stock), ("tunefw.Linear", patched))}
         for batch, tokens in inputs:
             x = torch.randn(batch, tokens, k, device=dev, dtype=torch.bfloat16)
             reps = calls if batch * tokens <= 64 else max(10, calls // 8)
@@ -145,16 +168,25 @@ def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inp
                 for r in range(repeats):
                     for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
                         samples[name].append(host_us(pair[name], x, reps, cuda))
-            out[f"{batch * tokens}x{n}x{k}"] = {
+            first = patched.get_submodule(names[0])
+            group = "" if len(names) == 1 else " " + "+".join(x.rsplit(".", 1)[-1] for x in names)
+            out[f"{batch * tokens}x{n}x{k}{group}"] = {
                 "input": [batch, tokens, k], "layers": names,
-                "type_patched": type(pair["tunefw.Linear"]).__name__,
+                "type_patched": type(first).__name__,
                 # the input's route in the patched layer's compiled map (its calls are one C++ call)
-                "compiled_route": len(getattr(pair["tunefw.Linear"], "_fast", None) or ()) > 0,
+                "compiled_route": len(getattr(first, "_fast", None) or ()) > 0,
                 **{name: {"enqueue_us": statistics.median(s[0] for s in v),
                           "wall_us": statistics.median(s[1] for s in v)} for name, v in samples.items()},
                 "enqueue_pairs_us": [[a[0], b[0]] for a, b in zip(samples["nn.Linear"],
                                                                samples["tunefw.Linear"])]}
     return out
+
+
+def _unit(layers: list[torch.nn.Module]):
+    """One host-cost call: ``layers`` called in order on one input (a layer, or a sibling group)."""
+    if len(layers) == 1:
+        return layers[0]
+    return lambda x: [layer(x) for layer in layers]
 
 
 def run_case(name: str, make, stock, patched, rounded, dispatcher, rounds: tuple[int, int],
@@ -227,10 +259,10 @@ def _routes_text(case: dict) -> str:
 def print_table(report: dict) -> None:
     """Host cost per shape, then one line per case and mode."""
     print(f"\n{report['label']}: {report['env'].get('gpu', 'CPU')}, table {report['env']['table']}")
-    print(f"{'host us/call':24s} {'nn.Linear':>18s} {'tunefw.Linear':>18s}   (enqueue / wall)")
+    print(f"{'host us/call':38s} {'nn.Linear':>18s} {'tunefw.Linear':>18s}   (enqueue / wall)")
     for shape, v in report.get("host_cost", {}).items():
         a, b = v["nn.Linear"], v["tunefw.Linear"]
-        print(f"  {shape:22s} {a['enqueue_us']:8.1f} /{a['wall_us']:8.1f} "
+        print(f"  {shape:36s} {a['enqueue_us']:8.1f} /{a['wall_us']:8.1f} "
               f"{b['enqueue_us']:8.1f} /{b['wall_us']:8.1f}")
     print(f"{'case':14s} {'mode':6s} {'stock ms':>9s} {'tunefw ms':>9s} {'speedup [min..max]':>22s} "
           f"{'rel err':>9s} {'host ms s/t':>13s}  GEMM calls by family")

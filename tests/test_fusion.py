@@ -110,6 +110,24 @@ def test_a_member_serves_from_the_group_only_on_the_leaders_very_input(gemms):
         assert torch.equal(block.k_proj(x), _separate(block, x)[1]) and gemms[-1] == (16, 16)
 
 
+def test_an_input_of_more_rows_than_fuse_max_m_runs_every_member_alone(gemms):
+    """Above fuse_max_m rows (tokens, over every leading dimension) each member runs its own
+    GEMM and returns a tensor of its own; at the bound the group still fuses."""
+    block = _qkv(bias=False)
+    assert tunefw.patch(block, fuse=True, fuse_max_m=6).fused == ["q_proj+k_proj+v_proj"]
+    with torch.no_grad():
+        at = torch.randn(2, 3, 16, dtype=torch.bfloat16)  # 6 rows
+        got = [block.q_proj(at), block.k_proj(at), block.v_proj(at)]
+        assert gemms == [(64, 16)] and not got[1].is_contiguous()
+        above = torch.randn(7, 16, dtype=torch.bfloat16)
+        alone = [block.q_proj(above), block.k_proj(above), block.v_proj(above)]
+    assert gemms == [(64, 16), (32, 16), (16, 16), (16, 16)] and all(y.is_contiguous() for y in alone)
+    assert all(torch.equal(g, w) for g, w in zip(got + alone, _separate(block, at) + _separate(block, above)))
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=r"fuse_max_m: .*: expected an integer >= 1 \(rows\)"):
+            tunefw.patch(_qkv(), fuse=True, fuse_max_m=bad)
+
+
 def test_a_deep_copy_of_a_fused_model_runs_its_members_alone(gemms):
     import copy
 

@@ -8,7 +8,8 @@ bandwidth-bound read of a few tens of MB, that is most of what separate layers l
 Siblings are found by name: the children of one module whose leaf names form one of the sets
 below (in that order), all ``nn.Linear`` with the same K, dtype and device, and a bias on all or
 none. Names only propose a group; the runtime (tunefw/runtime/fusion.py) serves a sibling from
-the group's GEMM only when it is called with the very tensor the first sibling was.
+the group's GEMM only when it is called with the very tensor the first sibling was, and only
+for inputs of at most ``FUSE_MAX_M`` rows.
 """
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ SIBLING_SETS: tuple[tuple[str, ...], ...] = (
     ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
     ("query", "key", "value"), ("w1", "w3"),
 )
+
+
+#: Siblings run as one GEMM for inputs of at most this many rows (tokens): where each GEMM is a
+#: bandwidth-bound read of its weight (M well below the ridge point, the FLOP/byte at which a
+#: GEMM turns compute-bound: ~200 rows in bf16 on the H200, ~300 on the H100), one read instead
+#: of several is the gain. Above it the weight read is amortized over the rows, and the members'
+#: outputs, column views strided by the summed N, cost the elementwise ops that read them more
+#: than the launches saved (prefill 2048 on the H200: 0.954x stock fused, 1.009x unfused; see
+#: benchmarks/fused_views_h200.py).
+FUSE_MAX_M = 128
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
             if last is not None and last[0] is inputs[0]:
                 from_group[type(module).__name__] += 1
                 return
-        elif group is not None and group.fuses(inputs[0]):
+        elif group is not None:
             module = group.linear  # the leader runs the group's GEMM
         x = inputs[0].reshape(-1, inputs[0].shape[-1])
         key = f"{x.shape[0]}x{module.out_features}x{module.in_features}"

@@ -9,10 +9,11 @@ import tunefw
 from tunefw.runtime import ops
 from tunefw.runtime.fusion import FusedLinear
 from tunefw.study.model_shapes import collect_linears
-from tunefw.study.siblings import sibling_groups, sibling_sets
+from tunefw.study.siblings import MLP_SIBLING_SETS, SIBLING_SETS, sibling_groups, sibling_sets
 
 GROUPS = [f"model.layers.{i}.{g}" for i in range(2)
           for g in ("self_attn.q_proj+k_proj+v_proj", "mlp.gate_proj+up_proj")]
+EVERY_SET = SIBLING_SETS + MLP_SIBLING_SETS  # gate/up too: fused only when asked
 
 
 pytestmark = pytest.mark.usefixtures("no_table")
@@ -49,6 +50,9 @@ def test_sibling_groups_are_found_by_name_k_dtype_and_bias():
     assert groups[0].names == ["block.q_proj", "block.k_proj"]
     assert sibling_groups(model, [("gate_proj", "k_proj")])[0].leaves == ("gate_proj", "k_proj")
     assert sibling_groups(model, False) == []
+    block.up_proj = torch.nn.Linear(16, 8, **bf16)  # now gate/up qualify: grouped only when asked
+    assert [g.leaves for g in sibling_groups(model)] == [("q_proj", "k_proj")]
+    assert [g.leaves for g in sibling_groups(model, EVERY_SET)] == [("q_proj", "k_proj"), ("gate_proj", "up_proj")]
     with pytest.raises(ValueError, match="two or more leaf names"):
         sibling_sets([("q_proj",)])
 
@@ -58,7 +62,7 @@ def test_fused_llama_runs_one_gemm_per_group_with_the_same_logits(llama, gemms):
     before, keys = _logits(llama, ids), list(llama.state_dict())
     params = dict(llama.named_parameters())
     values = {n: p.detach().clone() for n, p in params.items()}
-    report = tunefw.patch(llama, fuse=True)
+    report = tunefw.patch(llama, fuse=EVERY_SET)
     assert report.fused == GROUPS and len(report.swapped) == 15
     assert "4 sibling group(s) fused" in str(report)
     attn = llama.model.layers[0].self_attn
@@ -110,24 +114,6 @@ def test_a_member_serves_from_the_group_only_on_the_leaders_very_input(gemms):
         assert torch.equal(block.k_proj(x), _separate(block, x)[1]) and gemms[-1] == (16, 16)
 
 
-def test_an_input_of_more_rows_than_fuse_max_m_runs_every_member_alone(gemms):
-    """Above fuse_max_m rows (tokens, over every leading dimension) each member runs its own
-    GEMM and returns a tensor of its own; at the bound the group still fuses."""
-    block = _qkv(bias=False)
-    assert tunefw.patch(block, fuse=True, fuse_max_m=6).fused == ["q_proj+k_proj+v_proj"]
-    with torch.no_grad():
-        at = torch.randn(2, 3, 16, dtype=torch.bfloat16)  # 6 rows
-        got = [block.q_proj(at), block.k_proj(at), block.v_proj(at)]
-        assert gemms == [(64, 16)] and not got[1].is_contiguous()
-        above = torch.randn(7, 16, dtype=torch.bfloat16)
-        alone = [block.q_proj(above), block.k_proj(above), block.v_proj(above)]
-    assert gemms == [(64, 16), (32, 16), (16, 16), (16, 16)] and all(y.is_contiguous() for y in alone)
-    assert all(torch.equal(g, w) for g, w in zip(got + alone, _separate(block, at) + _separate(block, above)))
-    for bad in (0, 2.5, True):
-        with pytest.raises(ValueError, match=r"fuse_max_m: .*: expected an integer >= 1 \(rows\)"):
-            tunefw.patch(_qkv(), fuse=True, fuse_max_m=bad)
-
-
 def test_a_deep_copy_of_a_fused_model_runs_its_members_alone(gemms):
     import copy
 
@@ -168,7 +154,7 @@ def test_weights_cast_or_loaded_after_patching_are_served_as_they_are_now(gemms)
 
 def test_fused_shapes_are_what_a_fused_study_tunes(llama):
     plain = [(s.N, s.K, s.label) for s in collect_linears(llama)]
-    fused = [(s.N, s.K, s.label, s.patterns()) for s in collect_linears(llama, fuse=True)]
+    fused = [(s.N, s.K, s.label, s.patterns()) for s in collect_linears(llama, fuse=EVERY_SET)]
     assert plain == [(64, 64, "q_proj-o_proj"), (32, 64, "k_proj-v_proj"), (128, 64, "gate_proj-up_proj"),
                      (64, 128, "down_proj"), (256, 64, "lm_head")]
     assert fused == [(128, 64, "q_proj_k_proj_v_proj", ["model.layers.*.self_attn.q_proj+k_proj+v_proj"]),
@@ -176,6 +162,9 @@ def test_fused_shapes_are_what_a_fused_study_tunes(llama):
                      # gate+up is lm_head's shape here: one problem serves both
                      (256, 64, "gate_proj_up_proj-lm_head", ["model.layers.*.mlp.gate_proj+up_proj", "lm_head"]),
                      (64, 128, "down_proj", ["model.layers.*.mlp.down_proj"])]
+    attention = [(s.N, s.K, s.label) for s in collect_linears(llama, fuse=True)]
+    assert attention == [(128, 64, "q_proj_k_proj_v_proj-gate_proj-up_proj"), (64, 64, "o_proj"),
+                         (64, 128, "down_proj"), (256, 64, "lm_head")]
 
 
 def test_under_compile_every_member_is_its_own_op_call(llama):

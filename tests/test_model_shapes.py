@@ -11,7 +11,6 @@ from conftest import invoke_cli
 from tunefw.errors import UserError
 from tunefw.study.model_shapes import (M_GRIDS, collect_linears, model_shapes, parse_m_grid,
                                        study_problems)
-from tunefw.study.siblings import FUSE_MAX_M
 
 # The tiny Llama: hidden 256, intermediate 512, 2 layers, 4 heads of 64, 2 KV heads, vocab 1024.
 LLAMA = {(256, 256): ("q_proj-o_proj", 4), (128, 256): ("k_proj-v_proj", 4),
@@ -142,25 +141,15 @@ def test_cli_study_create_from_model(db_url, llama_config, entry_file):
 
 
 def test_cli_study_create_from_model_fused(db_url, llama_config):
-    """--fuse: the groups as one GEMM up to --fuse-max-m rows, the layers as they are above it
-    (what tunefw.patch(model, fuse=True, fuse_max_m=...) runs at each M)."""
     made = invoke_cli("study", "create", "tinyf", "--from-model", str(llama_config), "--m-grid",
-                      "1,16,64", "--fuse", "--fuse-max-m", "16", db=db_url)
+                      "1,16", "--fuse", db=db_url)
     assert made.returncode == 0, made.stderr
-    assert ("N=512 K=256 tuned as bf16: 2 layer(s): model.layers.*.self_attn.q_proj+k_proj+v_proj"
-            " (M 1,16)") in made.stdout
-    assert "N=256 K=512 tuned as bf16: 2 layer(s): model.layers.*.mlp.down_proj\n" in made.stdout
+    # q+k+v fused is 512 wide, gate's and up's own N here: one problem serves them all
+    assert ("N=512 K=256 tuned as bf16: 6 layer(s): model.layers.*.self_attn.q_proj+k_proj+v_proj, "
+            "model.layers.*.mlp.gate_proj, model.layers.*.mlp.up_proj") in made.stdout
     shown = json.loads(invoke_cli("study", "show", "tinyf", "--json", db=db_url).stdout)
-    rows = {m: {(p["N"], p["K"], p["label"]) for p in shown["problems"] if p["M"] == m} for m in (1, 16, 64)}
-    assert rows[1] == rows[16] == {(512, 256, "q_proj_k_proj_v_proj"), (256, 256, "o_proj"),
-                                   (1024, 256, "gate_proj_up_proj-lm_head"), (256, 512, "down_proj")}
-    assert rows[64] == {(n, k, label) for (n, k), (label, _) in LLAMA.items()}
-    default = model_shapes(llama_config, [FUSE_MAX_M, FUSE_MAX_M + 1], fuse=True)
-    assert {s.N for s in default.at(FUSE_MAX_M)} == {512, 256, 1024} and default.at(FUSE_MAX_M + 1) is default.shapes
+    rows = {(p["N"], p["K"], p["label"]) for p in shown["problems"] if p["M"] == 16}
+    assert rows == {(512, 256, "q_proj_k_proj_v_proj-gate_proj-up_proj"), (256, 256, "o_proj"),
+                    (1024, 256, "lm_head"), (256, 512, "down_proj")}
     bad = invoke_cli("study", "create", "y", "--shape", "16x256x256", "--fuse", db=db_url)
     assert bad.returncode != 0 and bad.stderr.strip() == "tunefw: error: study create: --fuse applies to --from-model only"
-    bad = invoke_cli("study", "create", "y", "--from-model", str(llama_config), "--fuse-max-m", "8", db=db_url)
-    assert bad.returncode != 0 and bad.stderr.strip() == "tunefw: error: study create: --fuse-max-m applies with --fuse only"
-    bad = invoke_cli("study", "create", "y", "--from-model", str(llama_config), "--fuse", "--fuse-max-m", "0",
-                     db=db_url)
-    assert bad.returncode != 0 and bad.stderr.strip() == "tunefw: error: --fuse-max-m 0: expected an integer >= 1 (rows)"

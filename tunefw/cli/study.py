@@ -68,9 +68,6 @@ def study_create(
                                help="Token counts M for --from-model (README: the M grid)."),
     fuse: bool = typer.Option(False, "--fuse", help="With --from-model: tune each sibling group "
                               "(q/k/v, gate/up) as the one GEMM tunefw.patch(model, fuse=True) runs."),
-    fuse_max_m: Optional[int] = typer.Option(
-        None, "--fuse-max-m", metavar="M", help="With --fuse: the M up to which groups run as one "
-        "GEMM, their members alone above (default: tunefw.patch's fuse_max_m)."),
 ) -> None:
     """Create a study from a YAML file, --shape options and/or a model's linear layers; the
     options override the file's fields."""
@@ -88,13 +85,9 @@ def study_create(
         data["problems"] = list(data.get("problems", [])) + [{"shape": s} for s in shape]
     if fuse and from_model is None:
         raise UserError("study create: --fuse applies to --from-model only")
-    if fuse_max_m is not None and not fuse:
-        raise UserError("study create: --fuse-max-m applies with --fuse only")
     if from_model is not None:  # the model's own layers (tunefw.study.model_shapes)
         from tunefw.study.model_shapes import study_problems
-        from tunefw.study.siblings import FUSE_MAX_M
-        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"), fuse,
-                                         FUSE_MAX_M if fuse_max_m is None else fuse_max_m)
+        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"), fuse)
         data["problems"] = list(data.get("problems", [])) + problems
         for note in notes:
             out.print(note, markup=False, highlight=False)

@@ -5,8 +5,7 @@ parameters, but their weights (and biases) become views of one buffer, stacked i
 The first member's call runs one ``tunefw.Linear`` over the whole buffer (N = the members' N
 added: the table's fused entry) and returns its own columns; a later member called with the very
 same tensor (same object, not written since) returns its columns of that output, a view whose
-rows are strided by the fused N. An input of more rows than the group's ``max_m``
-(tunefw/study/siblings.py: FUSE_MAX_M) runs each member alone, as does anything else (another input, grad to record, torch.compile
+rows are strided by the fused N. Anything else (another input, grad to record, torch.compile
 tracing, weights moved or re-assigned since) runs the member as a plain ``tunefw.Linear``:
 fusion changes how a result is computed, never which. During CUDA-graph capture the group's
 GEMM is captured like any other call; its buffer is only rebuilt outside a capture.
@@ -17,7 +16,6 @@ import torch
 
 from tunefw.runtime import guard as guard_module
 from tunefw.runtime.ops import Linear, _is_compiling
-from tunefw.study.siblings import FUSE_MAX_M
 
 
 def _version(x: torch.Tensor) -> int | None:
@@ -48,9 +46,8 @@ class FusedLinear(Linear):
 class Group:
     """The members of one sibling group, their shared weight buffer and the last group output."""
 
-    def __init__(self, members: list[Linear], max_m: int = FUSE_MAX_M) -> None:
+    def __init__(self, members: list[Linear]) -> None:
         self.members = members
-        self.max_m = max_m  # inputs of more rows run each member alone
         self.widths = [m.out_features for m in members]
         self.offsets = [sum(self.widths[:i]) for i in range(len(members))]
         self.linear: Linear | None = None  # the group's GEMM, over the stacked buffer
@@ -93,11 +90,7 @@ class Group:
             member.__dict__.pop("_index", None)
         self.linear, self.last = None, None
 
-    def fuses(self, x: torch.Tensor) -> bool:
-        """Whether the first member's call with ``x`` runs the group's GEMM (its other members
-        then take their columns of it)."""
-        if x.dim() == 0 or x.numel() > self.max_m * x.shape[-1]:
-            return False
+    def _fusable(self, x: torch.Tensor) -> bool:
         if _is_compiling():
             return False
         if torch.is_grad_enabled() and (x.requires_grad or any(
@@ -107,7 +100,7 @@ class Group:
 
     def serve(self, index: int, x: torch.Tensor) -> torch.Tensor | None:
         """Member ``index``'s output from the group's GEMM, or None: the member runs alone."""
-        if not self.fuses(x):
+        if not self._fusable(x):
             return None
         if index == 0:
             if self._addresses() != self.pointers:  # moved, cast or re-assigned since stacked

@@ -24,7 +24,7 @@ import torch
 from tunefw.problem import DTYPES
 from tunefw.runtime.fusion import FusedLinear, Group
 from tunefw.runtime.ops import Linear, set_dispatch
-from tunefw.study.siblings import FUSE_MAX_M, sibling_groups
+from tunefw.study.siblings import sibling_groups
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -72,15 +72,14 @@ def why_not(module: torch.nn.Module) -> str | None:
 
 def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[str] | None = None,
           exclude: str | Iterable[str] | None = None,
-          fuse: bool | Iterable[Iterable[str]] = False, fuse_max_m: int = FUSE_MAX_M) -> PatchReport:
+          fuse: bool | Iterable[Iterable[str]] = False) -> PatchReport:
     """Swap every eligible nn.Linear of ``model`` for tunefw.Linear in place; see the module doc.
 
     ``dispatcher``: a Dispatcher, a DispatchTable or a dispatch.json path made the process-wide
     one (tunefw::gemm serves one table per process); None keeps the current one.
     ``include`` / ``exclude``: glob patterns on module names (``"*.mlp.*"``, ``"lm_head"``).
     ``fuse``: True (the sibling sets of tunefw/study/siblings.py) or sets of leaf names, e.g.
-    ``[("q_proj", "k_proj", "v_proj")]``: each group of swapped siblings runs as one GEMM for
-    inputs of at most ``fuse_max_m`` rows (tokens), its members alone above that.
+    ``[("q_proj", "k_proj", "v_proj")]``: each group of swapped siblings runs as one GEMM.
     """
     if dispatcher is not None:
         set_dispatch(dispatcher)
@@ -107,13 +106,11 @@ def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[st
         module.__class__ = Linear  # same object: parameters, hooks, state_dict keys unchanged
         report.swapped.append(name)
     if fuse:
-        if isinstance(fuse_max_m, bool) or not isinstance(fuse_max_m, int) or fuse_max_m < 1:
-            raise ValueError(f"fuse_max_m: {fuse_max_m!r}: expected an integer >= 1 (rows)")
-        report.fused = _fuse(model, fuse, fuse_max_m)
+        report.fused = _fuse(model, fuse)
     return report
 
 
-def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]], max_m: int) -> list[str]:
+def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]]) -> list[str]:
     """Group the plain tunefw.Linear siblings of ``model``; the names of the groups made."""
     made = []
     for group in sibling_groups(model, fuse):
@@ -122,7 +119,7 @@ def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]], max_m: i
                 if type(m) is Linear and not m._forward_hooks
                 and not m._forward_pre_hooks]  # a hooked member must see its own call
         if len(kept) >= 2:
-            Group([m for _, m in kept], max_m)
+            Group([m for _, m in kept])
             made.append(replace(group, leaves=tuple(leaf for leaf, _ in kept)).name)
     return made
 

@@ -6,8 +6,7 @@ that returns an ``nn.Module``, or as an ``nn.Module``. Models named by a source 
 meta device (no weights are allocated or read). Every ``nn.Linear`` counts as it is (unfused,
 lm_head included): one GEMM of N=out_features, K=in_features per call; with ``fuse``, a sibling
 group (tunefw/study/siblings.py: the layers ``tunefw.patch(model, fuse=...)`` serves as one GEMM)
-counts as that one GEMM instead at the M it fuses (at most ``fuse_max_m`` rows; its members
-above). Layers tunefw cannot tune (N or K not a multiple of 8) are
+counts as that one GEMM instead. Layers tunefw cannot tune (N or K not a multiple of 8) are
 reported, never silently dropped.
 
 M is the number of tokens a call multiplies (batch x sequence). The grids (README):
@@ -28,7 +27,7 @@ import torch
 
 from tunefw.errors import UserError
 from tunefw.problem import DTYPES
-from tunefw.study.siblings import FUSE_MAX_M, sibling_groups
+from tunefw.study.siblings import sibling_groups
 
 M_GRIDS: dict[str, tuple[int, ...]] = {
     "decode": (1, 2, 4, 8, 16, 32, 64, 128, 256),
@@ -220,50 +219,31 @@ class ModelShapes:
     """A model's linear shapes and the study problems they give over an M grid."""
 
     source: str
-    shapes: list[LinearShape]  # the layers as they are
+    shapes: list[LinearShape]
     m_grid: list[int]
     dtype: str  # the dtype layers that are neither bf16 nor fp16 are tuned in
-    fused: list[LinearShape] | None = None  # with sibling groups as one layer (fuse=...)
-    fuse_max_m: int = FUSE_MAX_M  # the M up to which ``fused`` is what the model runs
 
     def tuned_dtype(self, shape: LinearShape) -> str:
         return shape.dtype if shape.dtype in DTYPES else self.dtype
 
-    def at(self, m: int) -> list[LinearShape]:
-        """The shapes the model runs at M = m: the fused ones up to ``fuse_max_m``."""
-        return self.fused if self.fused is not None and m <= self.fuse_max_m else self.shapes
-
-    def _runs(self) -> list[tuple[LinearShape, list[int]]]:
-        """Each distinct shape the model runs over the grid, with the M values it runs at."""
-        runs: dict[tuple, tuple[LinearShape, list[int]]] = {}
-        for m in self.m_grid:
-            for s in self.at(m):
-                runs.setdefault((s.N, s.K, s.dtype, tuple(s.names)), (s, []))[1].append(m)
-        return list(runs.values())
-
     @property
     def valid(self) -> list[LinearShape]:
-        return [s for s, _ in self._runs() if s.invalid is None]
+        return [s for s in self.shapes if s.invalid is None]
 
     @property
     def invalid(self) -> list[LinearShape]:
-        return [s for s, _ in self._runs() if s.invalid is not None]
+        return [s for s in self.shapes if s.invalid is not None]
 
     def problems(self) -> list[dict]:
-        """Study problems ``{M, N, K, dtype, label}``: every valid shape at every M of the grid
-        it runs at."""
+        """Study problems ``{M, N, K, dtype, label}``: every valid shape at every M of the grid."""
         return [{"M": m, "N": s.N, "K": s.K, "dtype": self.tuned_dtype(s), "label": s.label}
-                for s, ms in self._runs() if s.invalid is None for m in ms]
+                for s in self.valid for m in self.m_grid]
 
     def notes(self) -> list[str]:
-        """One line per distinct shape: what it is, where it is used (and at which M, where
-        fusion makes that depend on M), tuned or why not."""
+        """One line per distinct shape: what it is, where it is used, tuned or why not."""
         lines = []
-        runs = self._runs()
-        for s, ms in runs:
+        for s in self.shapes:
             where = f"{s.count} layer(s): {', '.join(s.patterns())}"
-            if self.fused is not None and len(ms) < len(self.m_grid):
-                where += f" (M {','.join(map(str, ms))})"
             if s.invalid:
                 lines.append(f"skipped {s.N}x{s.K} {s.dtype}: {s.invalid} ({where})")
             else:
@@ -273,30 +253,26 @@ class ModelShapes:
 
 
 def model_shapes(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                 dtype: str = "bf16", fuse: bool = False, fuse_max_m: int = FUSE_MAX_M) -> ModelShapes:
+                 dtype: str = "bf16", fuse: bool = False) -> ModelShapes:
     """The linear shapes of a model (see the module docstring) over an M grid."""
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
-    if isinstance(fuse_max_m, bool) or not isinstance(fuse_max_m, int) or fuse_max_m < 1:
-        raise UserError(f"--fuse-max-m {fuse_max_m!r}: expected an integer >= 1 (rows)")
     grid = parse_m_grid(m_grid)
     model = load_model(source, dtype)
     label = source if not isinstance(source, torch.nn.Module) else type(source).__name__
-    shapes = collect_linears(model)
+    shapes = collect_linears(model, fuse)
     if not shapes:
         raise UserError(f"{label}: the model has no nn.Linear layer")
-    fused = collect_linears(model, fuse) if fuse else None
-    found = ModelShapes(str(label), shapes, grid, dtype, fused, fuse_max_m)
+    found = ModelShapes(str(label), shapes, grid, dtype)
     if not found.valid:
         raise UserError(f"{label}: no nn.Linear layer tunefw can tune ({shapes[0].invalid})")
     return found
 
 
 def study_problems(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                   dtype: str = "bf16", fuse: bool = False,
-                   fuse_max_m: int = FUSE_MAX_M) -> tuple[list[dict], list[str]]:
+                   dtype: str = "bf16", fuse: bool = False) -> tuple[list[dict], list[str]]:
     """(problems for a study, one note per distinct shape) from a model; see model_shapes()."""
-    found = model_shapes(source, m_grid, dtype, fuse, fuse_max_m)
+    found = model_shapes(source, m_grid, dtype, fuse)
     return found.problems(), found.notes()
 
 

@@ -3,13 +3,13 @@
 A transformer block projects one hidden state several times (q, k and v; gate and up). Run as
 one GEMM of N = the sum of the siblings' N, the weights stream once per call instead of once per
 layer and two launches (with their ramp and tail) go away: at decode, where each GEMM is a
-bandwidth-bound read of a few tens of MB, that is most of what separate layers lose.
+bandwidth-bound read of a few tens of MB, that is most of what separate layers lose. Whether it
+pays also depends on what reads the outputs (see SIBLING_SETS and MLP_SIBLING_SETS).
 
 Siblings are found by name: the children of one module whose leaf names form one of the sets
 below (in that order), all ``nn.Linear`` with the same K, dtype and device, and a bias on all or
 none. Names only propose a group; the runtime (tunefw/runtime/fusion.py) serves a sibling from
-the group's GEMM only when it is called with the very tensor the first sibling was, and only
-for inputs of at most ``FUSE_MAX_M`` rows.
+the group's GEMM only when it is called with the very tensor the first sibling was.
 """
 from __future__ import annotations
 
@@ -18,22 +18,19 @@ from typing import Iterable
 
 import torch
 
-#: The sibling sets ``fuse=True`` looks for: Llama/Mistral/Qwen (q/k/v, gate/up), BERT-style
-#: attention (query/key/value) and Mixtral-style experts (w1/w3).
-SIBLING_SETS: tuple[tuple[str, ...], ...] = (
-    ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
-    ("query", "key", "value"), ("w1", "w3"),
-)
+#: The sibling sets ``fuse=True`` looks for: attention's projections, Llama/Mistral/Qwen's
+#: q/k/v and BERT-style query/key/value. Their outputs are split into heads (a view of the
+#: fused output's columns costs those ops nothing) and k/v are small GEMMs, launch- and
+#: ramp-bound at decode: fused, Llama-3-8B's q/k/v plus RoPE ran 1.24-1.28x faster at M <= 256
+#: and 1.14x at 512 on an H100 (benchmarks/results/fused_views_h100.json).
+SIBLING_SETS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"))
 
-
-#: Siblings run as one GEMM for inputs of at most this many rows (tokens): where each GEMM is a
-#: bandwidth-bound read of its weight (M well below the ridge point, the FLOP/byte at which a
-#: GEMM turns compute-bound: ~200 rows in bf16 on the H200, ~300 on the H100), one read instead
-#: of several is the gain. Above it the weight read is amortized over the rows, and the members'
-#: outputs, column views strided by the summed N, cost the elementwise ops that read them more
-#: than the launches saved (prefill 2048 on the H200: 0.954x stock fused, 1.009x unfused; see
-#: benchmarks/fused_views_h200.py).
-FUSE_MAX_M = 128
+#: Siblings whose outputs meet in an elementwise product (gate/up, Mixtral-style w1/w3): grouped
+#: only when asked (``fuse=SIBLING_SETS + MLP_SIBLING_SETS``). Fused, SiLU(gate) * up reads
+#: column views strided by the summed N, 1.35-2.1x slower than contiguous outputs, while the
+#: GEMM gains 1-3% (two large weights that already stream near the bandwidth): Llama-3-8B's
+#: MLP half ran 0.88-1.00x fused (same file), and the fused model lost at prefill.
+MLP_SIBLING_SETS: tuple[tuple[str, ...], ...] = (("gate_proj", "up_proj"), ("w1", "w3"))
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,9 @@
 #                     from a graph, through tunefw.Linear) and host us per call of each path
 #   hfllama     (300) hf_llama_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray): the
 #                     issue's end-to-end comparison -> hf_llama_h200.json ($HFLLAMA_NAME.json)
+#   hffused     (240) hf_llama_h200.py --fuse on the hf_llama3_8b_fused study's table (its committed
+#                     state; HF wheels, no Ray: `device_aside.sh wheels hf`): the model as
+#                     fuse=True patches it now -> hf_llama_fused_h200.json ($HFLLAMA_NAME.json)
 #   guardprobe  (240) guard_probe_h200.py on the hf_llama3_8b study's table (HF wheels, no Ray): six
 #                     fresh processes, each a shape's cold cuBLAS call, the guard's verdict and
 #                     40 flushed pairs of kernel / matmul / F.linear: why the guard's verdict on
@@ -218,6 +221,10 @@ for name in "$@"; do
     hfllama) hf_state && step hfllama 300 python3 benchmarks/hf_llama_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" --budget-s 270 --out "$OUT/${HFLLAMA_NAME:-hf_llama_h200}.json" ;;
+    hffused) mkdir -p /tmp/hf_fused && tar -xzf benchmarks/state/hf_llama3_8b_fused_state.tar.gz -C /tmp/hf_fused \
+      && step hffused 240 python3 benchmarks/hf_llama_h200.py --fuse --table /tmp/hf_fused/dispatch.json \
+        --cubins /tmp/hf_fused/cubins --commit "$TUNEFW_COMMIT" --budget-s 210 \
+        --out "$OUT/${HFLLAMA_NAME:-hf_llama_fused_h200}.json" ;;
     guardprobe) hf_state && step guardprobe 240 python3 benchmarks/guard_probe_h200.py \
         --table /tmp/hf_llama3_8b/dispatch.json --cubins /tmp/hf_llama3_8b/cubins \
         --commit "$TUNEFW_COMMIT" ;;

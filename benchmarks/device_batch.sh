@@ -27,7 +27,7 @@
 #   plancache   (150) plan_cache_h200.py --layers 4 --steps 12: per-call host cost in the model
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   modelfused  (540) model_table_h200.py --fuse --study hf_llama3_8b_fused (study, sweep, export,
-#                     hf): the fused model's own table (q/k/v and gate/up one GEMM each, 25
+#                     hf): the fused model's own table (q/k/v one GEMM: tunefw/study/siblings.py; 25
 #                     problems, FUSED_TRIALS trials, default 32) and the model patched with
 #                     fuse=True against stock. Carries Ray and the HF wheels at once: before the
 #                     call `device_aside.sh aside benchmarks/results benchmarks/state`

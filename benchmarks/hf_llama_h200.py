@@ -383,8 +383,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="result file (default: $OUT or benchmarks/results)")
     ap.add_argument("--no-aa", action="store_true",
                     help="skip the eager A/A (stock against an unpatched copy of it)")
-    ap.add_argument("--fuse", action="store_true", help="patch with fuse=True: q/k/v and gate/up "
-                    "each one GEMM (the table should be a fused study's: --from-model --fuse)")
+    ap.add_argument("--fuse", action="store_true", help="patch with fuse=True: q/k/v "
+                    "one GEMM (the table should be a fused study's: --from-model --fuse)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny model on the CPU, to check the script (not a result)")
     args = ap.parse_args()

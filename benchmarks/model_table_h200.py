@@ -62,8 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--study-file", type=Path,
                     help="or a study file (e.g. studies/llama3_8b.yaml) instead of --model")
     ap.add_argument("--m-grid", default=DEFAULTS["m_grid"], help="tuned M (tokens per call)")
-    ap.add_argument("--fuse", action="store_true", help="tune and serve sibling groups (q/k/v, "
-                    "gate/up) as one GEMM each: study create --fuse, hf_llama_h200.py --fuse")
+    ap.add_argument("--fuse", action="store_true", help="tune and serve sibling groups (q/k/v "
+                    "by default) as one GEMM each: study create --fuse, hf_llama_h200.py --fuse")
     # With --study-file, the study's name, trials, timeout and confirm_top are the file's unless
     # given here (issue 14's table is a sweep of studies/llama3_8b.yaml as it stands)
     ap.add_argument("--study", help=f"study name (default {DEFAULTS['study']}, or the file's)")

@@ -67,7 +67,7 @@ def study_create(
     m_grid: str = typer.Option("both", "--m-grid", metavar="decode|prefill|both|LIST",
                                help="Token counts M for --from-model (README: the M grid)."),
     fuse: bool = typer.Option(False, "--fuse", help="With --from-model: tune each sibling group "
-                              "(q/k/v, gate/up) as the one GEMM tunefw.patch(model, fuse=True) runs."),
+                              "(q/k/v; tunefw/study/siblings.py) as the one GEMM tunefw.patch(model, fuse=True) runs."),
 ) -> None:
     """Create a study from a YAML file, --shape options and/or a model's linear layers; the
     options override the file's fields."""

@@ -10,7 +10,7 @@ exactly ``nn.Linear`` (a subclass has its own forward: quantized and adapter lay
 alone), with a bf16 or fp16 weight, N and K multiples of 8, whose forward is not replaced on the
 instance, and that ``include`` / ``exclude`` (glob patterns on module names) allow.
 ``unpatch`` turns every ``tunefw.Linear`` back into a plain ``nn.Linear``, same parameters.
-``fuse=True`` also groups sibling layers that take the same input (q/k/v, gate/up:
+``fuse=True`` also groups sibling layers that take the same input (q/k/v by default:
 tunefw/study/siblings.py) so that each group runs as one GEMM (tunefw/runtime/fusion.py).
 """
 from __future__ import annotations

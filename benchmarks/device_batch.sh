@@ -28,9 +28,10 @@
 #   modeltable  (400) model_table_h200.py --redo hf,guard --budget-s 340 (issues 14 and 19)
 #   modelfused  (540) model_table_h200.py --fuse --study hf_llama3_8b_fused (study, sweep, export,
 #                     hf): the fused model's own table (q/k/v one GEMM: tunefw/study/siblings.py; 25
-#                     problems, FUSED_TRIALS trials, default 32) and the model patched with
-#                     fuse=True against stock. Carries Ray and the HF wheels at once: before the
-#                     call `device_aside.sh aside benchmarks/results benchmarks/state`
+#                     problems, FUSED_TRIALS trials, default 32; FUSED_STUDY names a new study)
+#                     and the model patched with fuse=True against stock. Carries Ray and the
+#                     HF wheels at once: before the call `device_aside.sh aside
+#                     benchmarks/results benchmarks/state`
 #   pdlcheck    (150) pdl_check_h200.py: chained up/down GEMMs served with and without
 #                     programmatic launches agree bit for bit (eager, graphs) and their times
 #   modelpdl    (330) model_table_h200.py --redo export,hf: the table's cubins shipped again
@@ -167,7 +168,7 @@ for name in "$@"; do
     modeltable) step modeltable 400 python3 benchmarks/model_table_h200.py \
         --commit "$TUNEFW_COMMIT" --redo hf,guard --budget-s 340 ;;
     modelfused) step modelfused 540 python3 benchmarks/model_table_h200.py --commit "$TUNEFW_COMMIT" \
-        --fuse --study hf_llama3_8b_fused --trials "${FUSED_TRIALS:-32}" \
+        --fuse --study "${FUSED_STUDY:-hf_llama3_8b_fused}" --trials "${FUSED_TRIALS:-32}" \
         --phases study,sweep,export,hf --budget-s $((BATCH_S - SECONDS - 15)) ;;
     pdlcheck) step pdlcheck 150 python3 benchmarks/pdl_check_h200.py --commit "$TUNEFW_COMMIT" ;;
     modelpdl) step modelpdl 330 env TUNEFW_PDL=1 python3 benchmarks/model_table_h200.py \

@@ -22,7 +22,8 @@ FILES=(benchmarks/state/records/records_h200.db.xz benchmarks/results/report_sim
        benchmarks/results/report_replay_decode2_h200.png)
 case "${1:-}" in
   aside) mkdir -p "$KEEP"; for f in "${FILES[@]}"; do [ -e "$f" ] && mkdir -p "$KEEP/$(dirname "$f")" && mv "$f" "$KEEP/$f"; done
-         shift; for f in "$@"; do [ -e "$f" ] && mkdir -p "$KEEP/more/$(dirname "$f")" && mv "$f" "$KEEP/more/$f" \
+         shift; for f in "$@"; do [ -e "$KEEP/more/$f" ] && { echo "$KEEP/more/$f exists (mv would nest into it): bash $0 back first" >&2; exit 1; }
+                                   [ -e "$f" ] && mkdir -p "$KEEP/more/$(dirname "$f")" && mv "$f" "$KEEP/more/$f" \
                                    && echo "$f" >> "$KEEP/more.txt"; done
          echo "moved aside: $(du -sh "$KEEP" | cut -f1) (bash $0 back afterwards)" ;;
   back) more=(); [ -f "$KEEP/more.txt" ] && mapfile -t more < "$KEEP/more.txt" && rm "$KEEP/more.txt"

@@ -22,12 +22,12 @@ FILES=(benchmarks/state/records/records_h200.db.xz benchmarks/results/report_sim
        benchmarks/results/report_replay_decode2_h200.png)
 case "${1:-}" in
   aside) mkdir -p "$KEEP"; for f in "${FILES[@]}"; do [ -e "$f" ] && mkdir -p "$KEEP/$(dirname "$f")" && mv "$f" "$KEEP/$f"; done
-         shift; for f in "$@"; do [ -e "$KEEP/more/$f" ] && { echo "$KEEP/more/$f exists (mv would nest into it): bash $0 back first" >&2; exit 1; }
-                                   [ -e "$f" ] && mkdir -p "$KEEP/more/$(dirname "$f")" && mv "$f" "$KEEP/more/$f" \
+         # mv -T: a stale empty folder of an earlier aside is replaced, never nested into
+         shift; for f in "$@"; do [ -e "$f" ] && mkdir -p "$KEEP/more/$(dirname "$f")" && mv -T "$f" "$KEEP/more/$f" \
                                    && echo "$f" >> "$KEEP/more.txt"; done
          echo "moved aside: $(du -sh "$KEEP" | cut -f1) (bash $0 back afterwards)" ;;
   back) more=(); [ -f "$KEEP/more.txt" ] && mapfile -t more < "$KEEP/more.txt" && rm "$KEEP/more.txt"
-        for f in "${more[@]}"; do [ -e "$KEEP/more/$f" ] && [ ! -e "$f" ] && mv "$KEEP/more/$f" "$f"; done
+        for f in "${more[@]}"; do [ -e "$KEEP/more/$f" ] && [ ! -e "$f" ] && mv -T "$KEEP/more/$f" "$f"; done
         for f in "${FILES[@]}"; do [ -e "$KEEP/$f" ] && mv "$KEEP/$f" "$f"; done
         for f in "${FILES[@]}"; do [ -e "$f" ] || git checkout -- "$f"; done  # a lost one: HEAD's
         git ls-files --deleted -z | xargs -0 -r git checkout --  # any other lost one: HEAD's

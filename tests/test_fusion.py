@@ -53,7 +53,7 @@ def test_sibling_groups_are_found_by_name_k_dtype_and_bias():
     block.up_proj = torch.nn.Linear(16, 8, **bf16)  # now gate/up qualify: grouped only when asked
     assert [g.leaves for g in sibling_groups(model)] == [("q_proj", "k_proj")]
     assert [g.leaves for g in sibling_groups(model, EVERY_SET)] == [("q_proj", "k_proj"), ("gate_proj", "up_proj")]
-    import tunefw  # the sets a user passes to patch(fuse=...) are public names
+    # the sets a user passes to patch(fuse=...) are public names
     assert tunefw.SIBLING_SETS + tunefw.MLP_SIBLING_SETS == EVERY_SET
     with pytest.raises(ValueError, match="two or more leaf names"):
         sibling_sets([("q_proj",)])

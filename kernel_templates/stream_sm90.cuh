@@ -14,6 +14,10 @@
 // Work: a CTA owns BN rows of B; a cluster of CK CTAs splits K (rank r takes chunks r*P..); the
 // epilogue (tunefw/swapab_reduce.cuh) sums the warps in shared memory and the cluster's CTAs
 // through DSMEM in a fixed order: deterministic, no workspace, nothing kept between launches.
+// GATED 1 (a problem with gate "silu", tunefw/gate.cuh): B has 2N rows [Bg; Bu] and a CTA owns
+// BN/2 columns of C, so its BN rows of a stage are BN/2 rows of Bg and the same BN/2 rows of Bu
+// (two TMA boxes of BN/2 rows, one under the other); the epilogue pairs tile column n with
+// n + BN/2. Gate rows past N read Bu's first rows: their columns are never stored.
 #pragma once
 
 #include "tunefw/sm80.cuh"
@@ -85,7 +89,7 @@ __device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int la
 }  // namespace stream
 }  // namespace tunefw
 
-template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK>
+template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int GATED = 0>
 __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     gemm_stream_sm90(const __grid_constant__ tunefw::stream::TensorMap tmap_a,
                      const __grid_constant__ tunefw::stream::TensorMap tmap_b,
@@ -101,7 +105,9 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int rank = CK > 1 ? (int)sm90::cluster_ctarank() : 0;
-  const int n0 = (blockIdx.x / CK) * BN;
+  static_assert(!GATED || BN % 16 == 0, "GATED: two boxes of BN/2 rows, 8-row swizzle atoms");
+  constexpr int OBN = GATED ? BN / 2 : BN;  // columns of C per CTA
+  const int n0 = (blockIdx.x / CK) * OBN;
   unsigned char* smem = smem_raw + ((1024 - (sm90::smem_u32(smem_raw) & 1023)) & 1023);
   const u32 ring = sm90::smem_u32(smem);
   const u32 full = ring + L::BARS, empty = full + STAGES * 8;
@@ -142,6 +148,8 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
         for (int x = 0; x < L::BOXES; ++x) {
           const int k = ch * BK + x * 64;
           sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
+          if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
+            sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
           sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
         }
       }
@@ -157,6 +165,6 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     }
   }
 
-  swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS>(
+  swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS, GATED>(
       reinterpret_cast<float*>(smem + L::RING), acc, tid, rank, n0, C, bias, M, N);
 }

@@ -30,6 +30,12 @@
 // N side (BN, any multiple of 8: 136 covers M = 129), so a small or odd M is one narrow tile,
 // not a mostly empty 64-row one; the direct epilogue writes each element to C's own row-major
 // place. Widths off a multiple of 32 need the direct epilogue (EPILOGUE 0) in either layout.
+// GATED 1 (a problem with gate "silu", tunefw/gate.cuh): B has 2N rows [Bg; Bu] and a tile
+// owns OBN = BN/2 columns of C: its BN rows of B are OBN rows of Bg over the same OBN rows of Bu
+// (two TMA boxes), so wgmma's column j and j + OBN are the gate and up products of one output,
+// held by the same thread (accumulator j/8*4.. and that + OBN/2). Every epilogue (split-K sums,
+// deferred or not) combines them before rounding. No B multicast (CLUSTER_M 1), no swap-AB.
+#include "tunefw/gate.cuh"
 #include "tunefw/sm90.cuh"
 #include "tunefw/wgmma_ops.cuh"  // Wgmma<BN, DT>: generated from the declared BN values
 
@@ -248,7 +254,7 @@ __device__ __forceinline__ void epilogue_tma(Src&& src, const void* tmap_c, u32 
 
 template <int DTYPE, int BM, int BN, int BK, int STAGES, int SWIZZLE, int CLUSTER_M, int CLUSTER_N,
           int SCHEDULE, int PERSISTENT, int RASTER, int GROUP, int SPLIT_K, int EPILOGUE,
-          int SWAP_AB>
+          int SWAP_AB, int GATED = 0>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_sm90(const __grid_constant__ CUtensorMap tmap_a,
                     const __grid_constant__ CUtensorMap tmap_b,
@@ -267,7 +273,8 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int B_BYTES = BN * BK * 2;
   constexpr int A_SLICE = BM / CLUSTER_N;       // rows of A this CTA loads (multicast if < BM)
   constexpr int B_SLICE = BN / CLUSTER_M;
-  constexpr int EPI_N = BN % 64 == 0 ? 64 : 32;  // columns per TMA-store chunk
+  constexpr int OBN = GATED ? BN / 2 : BN;     // columns of C per tile
+  constexpr int EPI_N = OBN % 64 == 0 ? 64 : 32;  // columns per TMA-store chunk
   constexpr int EPI_ROW = EPI_N * 2;             // bytes per staged row (= its swizzle width)
   constexpr int EPI_BUF = 64 * EPI_ROW;
   constexpr int C_BYTES = EPILOGUE != 0 ? 4 * EPI_BUF : 0;  // 2 consumers x double buffer
@@ -281,7 +288,8 @@ __global__ void __launch_bounds__(384, 1)
   static_assert(WG_M % 64 == 0 && MI >= 1, "rows per consumer must be a multiple of 64");
   static_assert(BM % CLUSTER_N == 0 && A_SLICE % 8 == 0, "A slice");
   static_assert(BN % CLUSTER_M == 0 && B_SLICE % 8 == 0, "B slice");
-  static_assert(BN % 8 == 0 && (EPILOGUE == 0 || BN % 32 == 0), "BN: EPILOGUE 1/2 store 32-column chunks");
+  static_assert(OBN % 8 == 0 && (EPILOGUE == 0 || OBN % 32 == 0), "BN: EPILOGUE 1/2 store 32-column chunks");
+  static_assert(!GATED || (CLUSTER_M == 1 && !SWAP_AB), "GATED: no B multicast, no swap-AB");
   static_assert(!SWAP_AB || EPILOGUE == 0, "swap-AB writes C transposed with direct stores");
   static_assert(SPLIT_K >= 1, "split");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2 && (EPILOGUE != 2 || SPLIT_K == 1),
@@ -331,7 +339,7 @@ __global__ void __launch_bounds__(384, 1)
     // The schedule (identical in every role and every CTA of a cluster). Computed after
     // setmaxnreg in each role so that nothing is live across the register reallocation.
     const int num_m = (M + BM - 1) / BM;
-    const int num_n = (N + BN - 1) / BN;
+    const int num_n = (N + OBN - 1) / OBN;
     const int cm_tiles = (num_m + CLUSTER_M - 1) / CLUSTER_M;
     const int cn_tiles = (num_n + CLUSTER_N - 1) / CLUSTER_N;
     const int k_iters = (K + BK - 1) / BK;
@@ -356,7 +364,7 @@ __global__ void __launch_bounds__(384, 1)
         cluster_tile<CLUSTER_M, CLUSTER_N, RASTER, GROUP>(u.t, cm_tiles, cn_tiles, rx, ry, tm, tn);
         const int kb0 = u.kb0, kb1 = u.kb1;
         const int a_row = tm * BM + ry * A_SLICE;
-        const int b_row = tn * BN + rx * B_SLICE;
+        const int b_row = tn * OBN + rx * B_SLICE;
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           const u32 ph = (u32)(it / STAGES) & 1u;
@@ -372,9 +380,10 @@ __global__ void __launch_bounds__(384, 1)
               tma_load_2d(da, &tmap_a, kc, a_row, fb);
             else
               tma_load_2d_multicast(da, &tmap_a, kc, a_row, fb, mask_a);
-            if (CLUSTER_M == 1)
+            if (CLUSTER_M == 1) {
               tma_load_2d(db, &tmap_b, kc, b_row, fb);
-            else
+              if (GATED) tma_load_2d(db + OBN * SW, &tmap_b, kc, N + b_row, fb);  // Bu under Bg
+            } else
               tma_load_2d_multicast(db, &tmap_b, kc, b_row, fb, mask_b);
           }
           if (it == 0) TL_MARK(2);
@@ -399,7 +408,7 @@ __global__ void __launch_bounds__(384, 1)
     // The schedule (identical in every role and every CTA of a cluster). Computed after
     // setmaxnreg in each role so that nothing is live across the register reallocation.
     const int num_m = (M + BM - 1) / BM;
-    const int num_n = (N + BN - 1) / BN;
+    const int num_n = (N + OBN - 1) / OBN;
     const int cm_tiles = (num_m + CLUSTER_M - 1) / CLUSTER_M;
     const int cn_tiles = (num_n + CLUSTER_N - 1) / CLUSTER_N;
     const int k_iters = (K + BK - 1) / BK;
@@ -435,7 +444,7 @@ __global__ void __launch_bounds__(384, 1)
     float acc[MI][BN / 2];
     // EPILOGUE 2: the finished tile's output packed to 16 bits, stored to C while the next
     // tile's first wgmma group runs (pend_row < 0: nothing pending).
-    u32 pend[DEFER ? MI : 1][DEFER ? BN / 4 : 1];
+    u32 pend[DEFER ? MI : 1][DEFER ? OBN / 4 : 1];
     int pend_row = -1, pend_col = 0;
     int it = 0;
     int epi_chunk = 0;
@@ -481,8 +490,8 @@ __global__ void __launch_bounds__(384, 1)
           lo = pend[mi][2 * j];
           hi = pend[mi][2 * j + 1];
         };
-        epilogue_tma<BN, MI, EPI_N, EPI_N / 16>(from_pend, &tmap_c, my_buf, epi_chunk, M, N,
-                                               pend_row, pend_col, t, cw);
+        epilogue_tma<OBN, MI, EPI_N, EPI_N / 16>(from_pend, &tmap_c, my_buf, epi_chunk, M, N,
+                                                pend_row, pend_col, t, cw);
         pend_row = -1;
       }
     };
@@ -525,7 +534,20 @@ __global__ void __launch_bounds__(384, 1)
       if (tm >= num_m || tn >= num_n) continue;  // cluster padding: nothing to write
 
       const int tile_row = tm * BM + row0;
-      const int tile_col = tn * BN;
+      const int tile_col = tn * OBN;
+      // Output group j (columns j*8.., rows r and r + 8) from the accumulators: packed, or
+      // GATED, silu(gate) * up of tile columns j*8.. and OBN + j*8.. (accumulators + OBN/2).
+      auto from_acc = [&](int mi, int j, u32& lo, u32& hi) {
+        if constexpr (GATED) {
+          constexpr int U = OBN / 2;
+          const float* a = &acc[mi][4 * j];
+          lo = pack2<DTYPE>(tunefw::silu_mul(a[0], a[U]), tunefw::silu_mul(a[1], a[U + 1]));
+          hi = pack2<DTYPE>(tunefw::silu_mul(a[2], a[U + 2]), tunefw::silu_mul(a[3], a[U + 3]));
+        } else {
+          lo = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
+          hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
+        }
+      };
       if (SPLIT_K > 1) {
         // ---- split-K: publish the partial; the last split to arrive sums all of them ----
         const int tile_id = tm * num_n + tn;
@@ -594,24 +616,17 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-            pend[mi][2 * j] = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
-            pend[mi][2 * j + 1] = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-          }
+          for (int j = 0; j < OBN / 8; ++j) from_acc(mi, j, pend[mi][2 * j], pend[mi][2 * j + 1]);
         pend_row = tile_row;
         pend_col = tile_col;
         continue;
       }
       // ---- epilogue from the accumulators (a whole tile, or the sum of its splits) ----
-      auto from_acc = [&](int mi, int j, u32& lo, u32& hi) {
-        lo = pack2<DTYPE>(acc[mi][4 * j], acc[mi][4 * j + 1]);
-        hi = pack2<DTYPE>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]);
-      };
       if (EPILOGUE == 0)
-        epilogue_direct<BN, MI, BN / 8, SWAP_AB>(from_acc, C, M, N, tile_row, tile_col, t);
+        epilogue_direct<OBN, MI, OBN / 8, SWAP_AB>(from_acc, C, M, N, tile_row, tile_col, t);
       else
-        epilogue_tma<BN, MI, EPI_N, EPI_N / 16>(from_acc, &tmap_c, my_buf, epi_chunk, M, N,
-                                               tile_row, tile_col, t, cw);
+        epilogue_tma<OBN, MI, EPI_N, EPI_N / 16>(from_acc, &tmap_c, my_buf, epi_chunk, M, N,
+                                                tile_row, tile_col, t, cw);
     }
     if (DEFER && pend_row >= 0) flush_pending();
     if (EPILOGUE != 0 && t == 0) bulk_wait_group<0>();

@@ -106,7 +106,8 @@ class FakeCompiler:
         self.submitted = 0
         self.closed = False
 
-    def submit(self, template: Any, config: dict, dtype: str, arch: str) -> Future:
+    def submit(self, template: Any, config: dict, dtype: str, arch: str,
+               gate: str = "none") -> Future:
         self.submitted += 1
         bad = self.fails(config)
         future: Future = Future()

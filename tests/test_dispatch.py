@@ -239,7 +239,7 @@ def test_json_round_trip_keeps_routes_labels_and_evidence(tmp_path):
     assert again.as_dict() == table.as_dict()
     csv = render(table, "csv").splitlines()
     assert csv[0].startswith("M,N,K,dtype,layout,label,family,config,tflops,cublas_tflops,ratio")
-    assert csv[2].endswith(",cublas,lost,False") and ",m.qkv," in csv[1]
+    assert csv[2].endswith(",cublas,lost,False,none") and ",m.qkv," in csv[1]
 
 
 # ---- bad files ----------------------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_calibrate_a_model_s_in_between_shapes(tuned_db, tmp_path, monkeypatch):
     table = load(path)
     layers = table.layers()
     assert list(layers) == sorted(layers) and len(layers) == 4  # export groups entries by layer
-    assert [e.M for e in layers[(1536, 1024, "bf16", "TN")]] == sorted({2**i for i in range(14)} | {300})
+    assert [e.M for e in layers[(1536, 1024, "bf16", "TN", "none")]] == sorted({2**i for i in range(14)} | {300})
     shapes = cal.between_shapes(table, "tiny")
     assert GemmProblem(3, 1536, 1024) in shapes and GemmProblem(181, 1536, 1024) in shapes
     assert all((p.M & (p.M - 1)) != 0 or p.M == 2 for p in shapes if p.M != 300)  # never a tuned M

@@ -54,8 +54,8 @@ def test_frozen_database_upgrades_to_head_with_its_rows(revision: str, tmp_path:
         study = q.get_study(s, "frozen")
         assert (study.round, study.backend, study.fingerprint["name"]) == (0, "cuda", "NVIDIA H200")
         assert study.space_hashes == {"mma_sm80": "aaaa", "wgmma_sm90": "bbbb"}
-        assert [(p.key, p.label) for p in study.problems] == [
-            ("4096x4096x4096:bf16:TN", ""), ("128x6144x4096:bf16:TN", "qkv")]
+        assert [(p.key, p.label, p.gate) for p in study.problems] == [
+            ("4096x4096x4096:bf16:TN", "", "none"), ("128x6144x4096:bf16:TN", "qkv", "none")]
         trials = s.query(Trial).order_by(Trial.id).all()
         lost = revision >= "0003"  # a WORKER_LOST row and its retry, linked by retry_of
         assert [(t.id, t.problem_id, t.family, t.status, t.tflops, t.cublas_tflops)

@@ -100,8 +100,8 @@ def test_default_config_is_sound_for_big_shapes():
 def test_template_args_follow_the_kernel_signature():
     text = (TEMPLATE_DIR / T.source).read_text()
     decl = re.search(r"template\s*<([^>]*)>\s*__global__", text).group(1)
-    names = [re.sub(r"/\*.*?\*/", "", part).split()[-1] for part in decl.split(",")]
-    assert names == ["DTYPE"] + list(T.param_names)
+    names = [re.sub(r"/\*.*?\*/", "", part).split("=")[0].split()[-1] for part in decl.split(",")]
+    assert names == ["DTYPE"] + list(T.param_names) + ["GATED"]  # the problem's gate, last
     assert (T.name_expression(T.default_config(), "bf16")
             == "gemm_wgmma_sm90<0, 128, 256, 64, 4, 128, 2, 1, 0, 1, 0, 8, 1, 1, 0>")
     assert T.template_args(T.default_config(), "fp16")[0] == "1"

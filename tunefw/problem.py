@@ -9,19 +9,24 @@ from tunefw.errors import UserError
 
 DTYPES = ("bf16", "fp16")
 LAYOUTS = ("TN",)
+# A gated problem (Llama's SwiGLU MLP in one GEMM): B is [Bg; Bu], 2N rows, and
+# C = silu(A Bg^T) * (A Bu^T), combined in fp32 before the one rounding. "none": C = A B^T.
+GATES = ("none", "silu")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 DIM_MAX = 2**31 - 1  # M, N, K: what a kernel's int32 indexing and an SQL INTEGER column hold
 
 
 @dataclass(frozen=True, order=True)
 class GemmProblem:
-    """C[M,N] = A[M,K] @ B[N,K]^T (TN: both operands K-contiguous, like ``F.linear``)."""
+    """C[M,N] = A[M,K] @ B[N,K]^T (TN: both operands K-contiguous, like ``F.linear``); with
+    ``gate="silu"``, C = silu(A @ Bg^T) * (A @ Bu^T) over a weight B = [Bg; Bu] of 2N rows."""
 
     M: int
     N: int
     K: int
     dtype: str = "bf16"
     layout: str = "TN"
+    gate: str = "none"
 
     def __post_init__(self) -> None:
         for field, value in (("M", self.M), ("N", self.N), ("K", self.K)):
@@ -41,20 +46,33 @@ class GemmProblem:
             raise UserError(f"problem dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
         if self.layout not in LAYOUTS:
             raise UserError(f"problem layout={self.layout!r}: expected one of {', '.join(LAYOUTS)}")
+        if self.gate not in GATES:
+            raise UserError(f"problem gate={self.gate!r}: expected one of {', '.join(GATES)}")
 
     def key(self) -> str:
         """Stable text key, used for database rows and dispatch entries."""
-        return f"{self.M}x{self.N}x{self.K}:{self.dtype}:{self.layout}"
+        gate = "" if self.gate == "none" else f":{self.gate}"
+        return f"{self.M}x{self.N}x{self.K}:{self.dtype}:{self.layout}{gate}"
+
+    @property
+    def weight_rows(self) -> int:
+        """Rows of B: N, or 2N for a gated problem ([Bg; Bu])."""
+        return self.N if self.gate == "none" else 2 * self.N
+
+    def tile_out_cols(self, tile_rows: int) -> int:
+        """Columns of C a tile of ``tile_rows`` weight rows writes: all, or half when gated
+        (its rows are that many of Bg over the same of Bu)."""
+        return tile_rows if self.gate == "none" else tile_rows // 2
 
     @property
     def flops(self) -> int:
-        return 2 * self.M * self.N * self.K
+        return 2 * self.M * self.weight_rows * self.K
 
     @property
     def min_bytes(self) -> int:
         """Fewest bytes of device memory traffic: each operand read once, C written once."""
         e = DTYPE_BYTES[self.dtype]
-        return e * (self.M * self.K + self.N * self.K + self.M * self.N)
+        return e * (self.M * self.K + self.weight_rows * self.K + self.M * self.N)
 
     def log_distance(self, other: "GemmProblem") -> float:
         """Euclidean distance over (log M, log N, log K); the dispatch 'nearest' metric."""
@@ -64,7 +82,9 @@ class GemmProblem:
         )
 
     def as_dict(self) -> dict:
-        return {"M": self.M, "N": self.N, "K": self.K, "dtype": self.dtype, "layout": self.layout}
+        """The fields, ``gate`` only when gated (so a plain problem's records read as before)."""
+        d = {"M": self.M, "N": self.N, "K": self.K, "dtype": self.dtype, "layout": self.layout}
+        return d if self.gate == "none" else {**d, "gate": self.gate}
 
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")

@@ -144,7 +144,7 @@ class _Job:
 
 def prepare_compile(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
                     source_dir: Path | None, cache_dir: Path | str | None,
-                    timeout_s: float) -> _Job:
+                    timeout_s: float, gate: str = "none") -> _Job:
     """Read the sources, build the options and the content-addressed key for one compile."""
     check_arch(arch)
     root = Path(source_dir or TEMPLATE_DIR).resolve()
@@ -153,7 +153,7 @@ def prepare_compile(template: KernelTemplate, config: Mapping[str, Any], dtype: 
         raise UserError(f"family {template.family}: template source {source} not found")
     include = root / "include"
     info = compiler_info()
-    name = template.name_expression(config, dtype)
+    name = template.name_expression(config, dtype, gate)
     undeclared = undeclared_includes(template, root)
     if undeclared:
         raise UserError(f"family {template.family}: {template.source} includes "
@@ -236,10 +236,10 @@ class CompilePool:
             thread.start()
 
     def submit(self, template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str,
-               *, timeout_s: float | None = None) -> Future:
+               *, timeout_s: float | None = None, gate: str = "none") -> Future:
         """A future CompileResult for one config; raises UserError on bad arch or missing source."""
         job = prepare_compile(template, config, dtype, arch, self.source_dir, self.cache_dir,
-                       self.timeout_s if timeout_s is None else timeout_s)
+                              self.timeout_s if timeout_s is None else timeout_s, gate)
         return self.submit_job(job)
 
     def submit_job(self, job: _Job) -> Future:
@@ -334,9 +334,9 @@ os.register_at_fork(after_in_child=_shared_pool.cache_clear)
 
 def compile_kernel(template: KernelTemplate, config: Mapping[str, Any], dtype: str, arch: str, *,
                    cache_dir: Path | str | None = None, timeout_s: float = 120.0,
-                   source_dir: Path | None = None) -> CompileResult:
+                   source_dir: Path | None = None, gate: str = "none") -> CompileResult:
     """Compile one config (in a worker process of a shared pool) or return its cached cubin."""
-    job = prepare_compile(template, config, dtype, arch, source_dir, cache_dir, timeout_s)
+    job = prepare_compile(template, config, dtype, arch, source_dir, cache_dir, timeout_s, gate)
     return _shared_pool().submit_job(job).result()
 
 

@@ -45,6 +45,7 @@ class _Inputs:
     operands: Operands
     out: GuardedOutput
     scratch: torch.Tensor
+    gate: str = "none"
 
     @property
     def a(self) -> torch.Tensor:
@@ -55,8 +56,8 @@ class _Inputs:
         return self.operands.b
 
     def cublas(self) -> None:
-        """cuBLAS on the same operands (torch.matmul(a, b.T)) as a launch: each screen's anchor."""
-        torch.mm(self.a, self.b.t(), out=self.scratch)
+        """cuBLAS on the same operands (method.stock) as a launch: each screen's anchor."""
+        method.stock(self.a, self.b, self.gate, self.scratch)
 
 
 def _tflops(problem: GemmProblem, ms: float) -> float:
@@ -200,7 +201,7 @@ class CudaEvaluator:
                 cargs = template.kernel_args(spec.config, problem, copy)
                 cparams = (tuple(v for v, _ in cargs), tuple(t for _, t in cargs))
                 runs.append(lambda p=cparams: self._launch(function, launch, p))
-                anchors.append(lambda a=a, b=b: torch.mm(a, b.t(), out=inputs.scratch))
+                anchors.append(lambda a=a, b=b: method.stock(a, b, problem.gate, inputs.scratch))
             return runs, anchors
 
         verdict = strict_verify(run, wait, inputs.out, inputs.operands, problem.dtype, small)
@@ -302,12 +303,14 @@ class CudaEvaluator:
         """Operands, reference and cuBLAS output for a problem (the last few are kept)."""
         key = (problem.key(), seed)
         if key not in self._inputs:
-            a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, seed,
-                                      device=str(self.device))
-            cublas_out = torch.mm(a, b.t())
-            operands = Operands(a, b, a.clone(), b.clone(), method.reference(a, b), cublas_out)
+            a, b = method.make_inputs(problem.M, problem.weight_rows, problem.K, problem.dtype,
+                                      seed, device=str(self.device))
+            cublas_out = torch.empty(problem.M, problem.N, dtype=a.dtype, device=a.device)
+            method.stock(a, b, problem.gate, cublas_out)
+            operands = Operands(a, b, a.clone(), b.clone(), method.reference(a, b, problem.gate),
+                                cublas_out)
             self._inputs[key] = _Inputs(operands, GuardedOutput(cublas_out),
-                                        torch.empty_like(cublas_out))
+                                        torch.empty_like(cublas_out), problem.gate)
             if len(self._inputs) > INPUT_SETS_KEPT:
                 self._inputs.popitem(last=False)
         self._inputs.move_to_end(key)

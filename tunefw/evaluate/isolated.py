@@ -38,7 +38,8 @@ def _child(conn: Connection, cache_dir: str | None, mode: str, families: Path | 
             break
         spec = TrialSpec(**job)
         compiled = compile_kernel(extra.get(spec.family), spec.config, spec.problem["dtype"], arch,
-                                  cache_dir=cache_dir, source_dir=extra.source_dir(spec.family))
+                                  cache_dir=cache_dir, source_dir=extra.source_dir(spec.family),
+                                  gate=spec.problem.get("gate", "none"))
         run = evaluator.verify if mode == "verify" else evaluator.evaluate
         outcome = run(spec, compiled)
         conn.send(outcome.as_dict())

@@ -36,9 +36,24 @@ def make_inputs(M: int, N: int, K: int, dtype: str, seed: int, device: str = "cp
     return a, b
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """float32 reference C = A B^T."""
-    return a.float() @ b.float().T
+def reference(a: torch.Tensor, b: torch.Tensor, gate: str = "none") -> torch.Tensor:
+    """float32 reference C = A B^T; gate "silu": silu(A Bg^T) * (A Bu^T) for B = [Bg; Bu]."""
+    c = a.float() @ b.float().T
+    if gate == "none":
+        return c
+    g, u = c.chunk(2, dim=1)
+    return torch.nn.functional.silu(g) * u
+
+
+def stock(a: torch.Tensor, b: torch.Tensor, gate: str, out: torch.Tensor) -> None:
+    """What runs without tunefw, into ``out``: cuBLAS's A B^T; gated, one cuBLAS GEMM over
+    [Bg; Bu] then SiLU and the product as torch runs them (Llama's MLP, its two projections
+    fused: the fastest stock form). The baseline every gated result is judged and timed by."""
+    if gate == "none":
+        torch.mm(a, b.t(), out=out)
+        return
+    g, u = torch.mm(a, b.t()).chunk(2, dim=1)
+    torch.mul(torch.nn.functional.silu(g), u, out=out)
 
 
 def row_errors(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

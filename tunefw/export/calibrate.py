@@ -74,6 +74,8 @@ def between_shapes(table: DispatchTable, label: str) -> list[GemmProblem]:
         if not any(e.label == label or e.label.startswith(label + ".") for e in entries):
             continue
         e0 = entries[0]
+        if e0.gate != "none":  # evidence is measured against cuBLAS: plain GEMM layers only
+            continue
         shapes += [GemmProblem(m, e0.N, e0.K, e0.dtype, e0.layout)
                    for m in between_ms(e.M for e in entries)]
     if not shapes:
@@ -104,7 +106,8 @@ def calibrate(table: DispatchTable, shapes: list[GemmProblem], measure: Measure,
     measured: dict[str, Evidence] = {}
     for problem in shapes:
         rule, entry, _ = table_rule(table, problem, device)
-        if entry is None or rule == "exact" or entry.is_cublas or problem.key() in measured:
+        if (entry is None or rule == "exact" or entry.is_cublas or problem.key() in measured
+                or problem.gate != "none"):  # evidence (a plain GEMM's) has no gate
             continue
         tflops, cublas = measure(entry, problem)
         for what, value in (("tflops", tflops), ("cuBLAS TFLOP/s", cublas)):

@@ -45,12 +45,12 @@ def build_table(store: Store, study_name: str | None, allow_mixed: bool = False,
             config = FAMILIES[trial.family].upgrade(trial.config) if trial.family in FAMILIES else trial.config
             entry = DispatchEntry(prow.M, prow.N, prow.K, prow.dtype, prow.layout, trial.family,
                                   config, tflops, cublas, trial.id, label=prow.label or "",
-                                  source_hash=trial.source_hash or None)
+                                  source_hash=trial.source_hash or None, gate=prow.gate)
             entries.append(_source_unchanged(apply_min_ratio(entry, min_ratio, what),
                                              trial.source_hash))
         if not entries:
             raise UserError(f"study {study.name!r} has no OK trial to export (launch it first)")
-        entries.sort(key=lambda e: (e.dtype, e.layout, e.N, e.K, e.M))  # grouped by layer
+        entries.sort(key=lambda e: (e.dtype, e.layout, e.gate, e.N, e.K, e.M))  # grouped by layer
         if len(fingerprints) > 1 and not allow_mixed:
             names = sorted({fp.get("name", "?") for fp in fingerprints.values()})
             raise UserError(f"study {study.name!r} mixes results from {len(fingerprints)} devices "
@@ -80,12 +80,13 @@ def render(table: DispatchTable, fmt: str) -> str:
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["M", "N", "K", "dtype", "layout", "label", "family", "config", "tflops",
-                         "cublas_tflops", "ratio", "trial_id", "route", "reason", "simulated"])
+                         "cublas_tflops", "ratio", "trial_id", "route", "reason", "simulated",
+                         "gate"])
         for e in table.entries:
             writer.writerow([e.M, e.N, e.K, e.dtype, e.layout, e.label, e.family,
                              json.dumps(e.config, sort_keys=True), e.tflops, e.cublas_tflops,
                              "" if e.ratio is None else f"{e.ratio:.4f}", e.trial_id, e.route,
-                             e.reason or "", table.simulated])
+                             e.reason or "", table.simulated, e.gate])
         return out.getvalue()
     if fmt == "cpp":
         return render_cpp(table)

@@ -101,14 +101,15 @@ def compile_all(jobs: list[Job], arch: str, cache_dir: str | None = None,
     kernels: dict[str, Job] = {}
     for job in jobs:
         template = module.get(job.family)
-        name = template.name_expression(job.config, job.problem.dtype)
+        name = template.name_expression(job.config, job.problem.dtype, job.problem.gate)
         kernels.setdefault(f"{job.family} {name}", job)
     results = {}
     for source_dir in {module.source_dir(j.family) for j in kernels.values()}:
         mine = {k: j for k, j in kernels.items() if module.source_dir(j.family) == source_dir}
         with CompilePool(min(os.cpu_count() or 1, len(mine)), cache_dir=cache_dir,
                          source_dir=source_dir) as pool:
-            futures = {k: pool.submit(module.get(j.family), j.config, j.problem.dtype, arch)
+            futures = {k: pool.submit(module.get(j.family), j.config, j.problem.dtype, arch,
+                                      gate=j.problem.gate)
                        for k, j in mine.items()}
             results.update({k: f.result() for k, f in futures.items()})
     return results

@@ -48,10 +48,11 @@ class DispatchEntry:
     # the family's kernel source hash the winner was measured with (None: a table written
     # before it was recorded); a runtime whose templates hash otherwise has not measured it
     source_hash: str | None = None
+    gate: str = "none"  # the problem's gate (tunefw/problem.py): served only for that gate
 
     @property
     def problem(self) -> GemmProblem:
-        return GemmProblem(self.M, self.N, self.K, self.dtype, self.layout)
+        return GemmProblem(self.M, self.N, self.K, self.dtype, self.layout, self.gate)
 
     @property
     def ratio(self) -> float | None:
@@ -67,6 +68,8 @@ class DispatchEntry:
         d = asdict(self)
         if d["source_hash"] is None:  # unknown: the key is left out, as older tables have it
             del d["source_hash"]
+        if d["gate"] == "none":  # a plain GEMM's entry reads as before gates existed
+            del d["gate"]
         return d
 
 
@@ -117,11 +120,11 @@ class DispatchTable:
         return KNOWN_DEVICES.get(str(self.fingerprint.get("name", "")).removeprefix("SIMULATED "),
                                  H200)
 
-    def layers(self) -> dict[tuple[int, int, str, str], list[DispatchEntry]]:
-        """Entries grouped by layer (N, K, dtype, layout), each group by tuned M."""
-        groups: dict[tuple[int, int, str, str], list[DispatchEntry]] = {}
+    def layers(self) -> dict[tuple[int, int, str, str, str], list[DispatchEntry]]:
+        """Entries grouped by layer (N, K, dtype, layout, gate), each group by tuned M."""
+        groups: dict[tuple[int, int, str, str, str], list[DispatchEntry]] = {}
         for e in self.entries:
-            groups.setdefault((e.N, e.K, e.dtype, e.layout), []).append(e)
+            groups.setdefault((e.N, e.K, e.dtype, e.layout, e.gate), []).append(e)
         return {k: sorted(v, key=lambda e: e.M) for k, v in groups.items()}
 
 
@@ -143,7 +146,7 @@ def apply_min_ratio(entry: DispatchEntry, min_ratio: float, what: str = "confirm
 def _problem_at(raw, where: str) -> GemmProblem:
     """The problem of an entry or evidence point, or a one-line error naming where it is."""
     try:
-        return GemmProblem(raw.M, raw.N, raw.K, raw.dtype, raw.layout)
+        return GemmProblem(raw.M, raw.N, raw.K, raw.dtype, raw.layout, getattr(raw, "gate", "none"))
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
 
@@ -164,7 +167,7 @@ def _semantic(data, path: str) -> DispatchTable:
         seen[key] = i
         extra = {} if data.schema_version == 1 else {
             "label": raw.label, "route": raw.route, "reason": raw.reason,
-            "source_hash": raw.source_hash}
+            "source_hash": raw.source_hash, "gate": raw.gate}
         entry = DispatchEntry(raw.M, raw.N, raw.K, raw.dtype, raw.layout, raw.family,
                               dict(config), raw.tflops, raw.cublas_tflops, raw.trial_id,
                               **extra)
@@ -178,7 +181,7 @@ def _semantic(data, path: str) -> DispatchTable:
         where = f"{path}: evidence[{i}]"
         problem = _problem_at(raw, where)
         donor = f"{'x'.join(map(str, raw.served_by))}:{raw.dtype}:{raw.layout}"
-        if donor not in seen or entries[seen[donor]].is_cublas:
+        if donor not in seen or entries[seen[donor]].is_cublas:  # a plain entry: no gate suffix
             raise UserError(f"{where}.served_by={raw.served_by}: no kernel entry {donor}")
         if problem.key() in seen:
             raise UserError(f"{where}: {problem.key()} is an exact entry (evidence is for "

@@ -66,6 +66,8 @@ class Entry(EntryV1):
     reason: Optional[Text] = None
     # the kernel source (family template and headers, hashed) the winner was measured with
     source_hash: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]] = None
+    # "silu": C = silu(A Bg^T) * (A Bu^T) over B = [Bg; Bu] (2N rows); served only when asked
+    gate: Literal["none", "silu"] = "none"
 
 
 class Evidence(_Strict):

@@ -75,7 +75,8 @@ def _valid(e: DispatchEntry, problem: GemmProblem, device: DeviceSpec) -> bool:
 def table_rule(table: DispatchTable, problem: GemmProblem,
                device: DeviceSpec) -> tuple[str, DispatchEntry | None, str]:
     """(rule, entry, how) by rules 1-3: 'exact' | 'bucket' | 'nearest', or ('', None, '')."""
-    same = [e for e in table.entries if e.dtype == problem.dtype and e.layout == problem.layout]
+    same = [e for e in table.entries if e.dtype == problem.dtype and e.layout == problem.layout
+            and e.gate == problem.gate]
     for e in same:
         if (e.M, e.N, e.K) == (problem.M, problem.N, problem.K) and (
                 e.is_cublas or _valid(e, problem, device)):
@@ -191,7 +192,8 @@ def decide(table: DispatchTable, problem: GemmProblem, device: DeviceSpec | None
 
 
 def _no_entry(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) -> str:
-    same = [e for e in table.entries if e.dtype == problem.dtype and not e.is_cublas]
+    same = [e for e in table.entries
+            if e.dtype == problem.dtype and e.gate == problem.gate and not e.is_cublas]
     if not same:
         return f"the table has no {problem.dtype} kernel entry"
     nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))

@@ -37,10 +37,11 @@ def ship_cubins(table: DispatchTable, cubin_dir: str | Path, arch: str, *,
     kernels: dict[str, dict] = {}
     for entry in table.entries:
         family = FAMILIES[entry.family]
-        name = family.name_expression(entry.config, entry.dtype)
+        name = family.name_expression(entry.config, entry.dtype, entry.gate)
         if name in kernels:
             continue
-        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=cache_dir)
+        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=cache_dir,
+                                gate=entry.gate)
         if not result.ok:
             raise UserError(f"{name}: {result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
         (out / f"{result.key}.cubin").write_bytes(result.cubin)

@@ -58,6 +58,7 @@ class Problem(Base):
     K: Mapped[int] = mapped_column(Integer)
     dtype: Mapped[str] = mapped_column(String(8))
     layout: Mapped[str] = mapped_column(String(8))
+    gate: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
     label: Mapped[str] = mapped_column(String(200), default="")  # e.g. 'llama3_8b.qkv'
     study: Mapped[Study] = relationship(back_populates="problems")
 

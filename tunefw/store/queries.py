@@ -31,7 +31,7 @@ def create_study(s: Session, spec: StudyFile) -> Study:
     study = Study(name=spec.name, spec=spec.to_dict(), round=0)
     for p, label in zip(spec.problems, spec.labels):
         study.problems.append(Problem(key=p.key(), M=p.M, N=p.N, K=p.K, dtype=p.dtype,
-                                      layout=p.layout, label=label))
+                                      layout=p.layout, gate=p.gate, label=label))
     s.add(study)
     s.flush()
     return study
@@ -84,7 +84,7 @@ def delete_study(s: Session, name: str) -> Study:
 
 
 def as_problem(p: Problem) -> GemmProblem:
-    return GemmProblem(p.M, p.N, p.K, p.dtype, p.layout)
+    return GemmProblem(p.M, p.N, p.K, p.dtype, p.layout, p.gate)
 
 
 def record_trial(s: Session, study: Study, problem: Problem, family: str, config: dict,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt,
                       ValidationError, field_validator, model_validator)
 
-from tunefw.problem import DIM_MAX, DTYPES
+from tunefw.problem import DIM_MAX, DTYPES, GATES
 from tunefw.study.names import NAME_CHARS, NAME_MAX, NAME_PATTERN
 
 SAMPLERS = ("tpe", "random", "grid", "uniform", "cmaes")
@@ -34,7 +34,8 @@ class _Strict(BaseModel):
 
 
 class ProblemEntry(_Strict):
-    """One explicit problem: {shape: MxNxK} or {M, N, K}, with an optional dtype and label."""
+    """One explicit problem: {shape: MxNxK} or {M, N, K}, with an optional dtype, gate and
+    label (gate silu: C = silu(A Bg^T) * (A Bu^T), B = [Bg; Bu] of 2N rows)."""
 
     shape: Optional[str] = None
     M: Optional[Dim] = None
@@ -42,6 +43,7 @@ class ProblemEntry(_Strict):
     K: Optional[Dim] = None
     dtype: Optional[Literal["bf16", "fp16"]] = None
     layout: Literal["TN"] = "TN"
+    gate: Literal["none", "silu"] = "none"
     label: Label = ""
 
     @model_validator(mode="after")
@@ -63,6 +65,8 @@ class ModelEntry(_Strict):
     intermediate: Dim
     qkv: Dim
     M: Annotated[list[Dim], Field(max_length=1024)] | None = None  # added to the default grid
+    # gate_up as the gated GEMM of a SwiGLU MLP (N = intermediate, silu) instead of a plain one
+    gated: StrictBool = False
 
 
 class Faults(_Strict):
@@ -128,6 +132,8 @@ _EXPECTED = {
     "dtype": f"one of {', '.join(DTYPES)}",
     "sampler": f"one of {', '.join(SAMPLERS)}",
     "layout": "TN (the only layout)",
+    "gate": f"one of {', '.join(GATES)}",
+    "gated": "true or false",
     "trials": f"an integer 1..{TRIALS_MAX}",
     "seed": f"an integer 0..{SEED_MAX}",
     "confirm_top": f"an integer 0..{CONFIRM_TOP_MAX}",
@@ -137,8 +143,8 @@ _EXPECTED = {
     "name": f"1-{NAME_MAX} characters of A-Z a-z 0-9 . _ -",
     "label": f"at most {NAME_MAX} characters of A-Z a-z 0-9 . _ -",
     "families": "a list of family names",
-    "problems": "a list of {shape: MxNxK} or {M, N, K[, dtype, label]}",
-    "models": "a list of {name, hidden, intermediate, qkv, M: [..]}",
+    "problems": "a list of {shape: MxNxK} or {M, N, K[, dtype, gate, label]}",
+    "models": "a list of {name, hidden, intermediate, qkv, M: [..], gated}",
     "sim": "a mapping {trial_seconds, faults}",
     "faults": f"a mapping of fault rates in [0, 1] ({', '.join(FAULTS)})",
 }
@@ -146,7 +152,7 @@ for _f in FAULTS:
     _EXPECTED[_f] = "a fault rate between 0 and 1"
 for _d in ("M", "N", "K", "hidden", "intermediate", "qkv"):
     _EXPECTED[_d] = f"an integer 1..{DIM_MAX}"
-_EXPECTED["ProblemEntry"] = "MxNxK or a mapping {shape: MxNxK} or {M, N, K[, dtype, label]}"
+_EXPECTED["ProblemEntry"] = "MxNxK or a mapping {shape: MxNxK} or {M, N, K[, dtype, gate, label]}"
 _KEYS = {"": StudyFile, "problems": ProblemEntry, "models": ModelEntry, "sim": Sim,
          "faults": Faults}
 

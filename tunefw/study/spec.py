@@ -1,7 +1,7 @@
 """Study files: the YAML a user writes, validated into a StudySpec (one-line errors on bad input)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,10 @@ def _err(source: str, msg: str) -> UserError:
     return UserError(f"{source}: {msg}")
 
 
-def _problem(source: str, where: str, M: Any, N: Any, K: Any, dtype: str) -> GemmProblem:
+def _problem(source: str, where: str, M: Any, N: Any, K: Any, dtype: str,
+             gate: str = "none") -> GemmProblem:
     try:
-        return GemmProblem(M, N, K, dtype)
+        return GemmProblem(M, N, K, dtype, gate=gate)
     except UserError as exc:
         raise _err(source, f"{where}: {exc}") from None
 
@@ -100,11 +101,11 @@ def _problems(source: str, doc: StudyFile) -> tuple[list[GemmProblem], list[str]
         p_dtype = entry.dtype or doc.dtype
         if entry.shape is not None:
             try:
-                p = parse_shape(entry.shape, p_dtype)
+                p = replace(parse_shape(entry.shape, p_dtype), gate=entry.gate)
             except UserError as exc:
                 raise _err(source, f"{where}: {exc}") from None
         else:
-            p = _problem(source, where, entry.M, entry.N, entry.K, p_dtype)
+            p = _problem(source, where, entry.M, entry.N, entry.K, p_dtype, entry.gate)
         problems.append(p)
         labels.append(entry.label)
     for i, model in enumerate(doc.models or []):
@@ -113,8 +114,10 @@ def _problems(source: str, doc: StudyFile) -> tuple[list[GemmProblem], list[str]
                  "2*intermediate": 2 * model.intermediate}
         for m in model_token_counts(source, where, model.M):
             for label, n_key, k_key in MODEL_LAYERS:
-                problems.append(_problem(source, f"{where} {label} M={m}", m, sizes[n_key],
-                                         sizes[k_key], doc.dtype))
+                gate = "silu" if model.gated and label == "gate_up" else "none"
+                n = sizes["intermediate"] if gate != "none" else sizes[n_key]
+                problems.append(_problem(source, f"{where} {label} M={m}", m, n, sizes[k_key],
+                                         doc.dtype, gate))
                 labels.append(f"{model.name or f'model{i}'}.{label}")
     if not problems:
         raise _err(source, "no problems: give 'problems' and/or 'models'")

@@ -16,6 +16,10 @@ from typing import Any, Iterator, Mapping
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
 from tunefw.problem import GemmProblem
+from tunefw.templates.param import ENCODING_VERSION, Param
+
+__all__ = ["Config", "CostHint", "ENCODING_VERSION", "KernelTemplate", "Launch", "Param",
+           "Resources", "TEMPLATE_DIR", "ptxas_register_cap", "source_files"]
 
 Config = Mapping[str, Any]
 
@@ -49,109 +53,6 @@ def source_files(source: Path, search: tuple[Path, ...]) -> list[Path]:
                     pending.append(candidate)
                     break
     return found
-
-
-ENCODINGS = ("auto", "int", "categorical")
-# Part of every space hash: bump it when the Optuna encoding of declared values changes, so a
-# study stored under the old encoding is refused on resume (``--new-round``) instead of misread.
-ENCODING_VERSION = "real-values-1"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class Param:
-    """One tunable knob: its name (a C++ template argument), values, meaning, Optuna encoding
-    and C++ spelling. ``Param(name, values, help)`` is the whole declaration of most knobs.
-
-    ``cpp`` maps a value to its C++ template-argument token (default ``str(int(v))``; needed for
-    string values). ``encoding``: ``int`` asks Optuna for an IntDistribution over the values
-    (they must form an arithmetic range), ``categorical`` for a CategoricalDistribution of the
-    values, ``auto`` picks ``int`` where the int values form an arithmetic range (TPE then
-    learns from neighbouring values) and ``categorical`` otherwise. Either way Optuna stores
-    the real values.
-    """
-
-    name: str
-    values: tuple
-    help: str = ""
-    cpp: Mapping[Any, str] | None = field(default=None, hash=False)
-    encoding: str = "auto"
-    # For a knob added to a family later: the value a config written before it existed means
-    # (the kernel's old behaviour), so stored tables and trials keep loading (KernelTemplate.upgrade).
-    absent: Any = None
-
-    def __post_init__(self) -> None:
-        if not self.values:
-            raise ValueError(f"{self.name}: no values")
-        if len(set(self.values)) != len(self.values):
-            raise ValueError(f"{self.name}: repeated values {list(self.values)}")
-        if not (all(_is_int(v) for v in self.values)
-                or all(isinstance(v, str) for v in self.values)):
-            raise ValueError(f"{self.name}: values must be all ints or all strings")
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"{self.name}: encoding {self.encoding!r} not in {ENCODINGS}")
-        if self.encoding == "int" and self.step is None:
-            raise ValueError(f"{self.name}: encoding 'int' needs int values in an arithmetic range")
-        if self.cpp is not None and set(self.cpp) != set(self.values):
-            raise ValueError(f"{self.name}: cpp must map exactly the values {list(self.values)}")
-        if self.absent is not None and self.absent not in self.values:
-            raise ValueError(f"{self.name}: absent={self.absent!r} is not one of {list(self.values)}")
-
-    @property
-    def kind(self) -> type:
-        """The Python type of every value (int or str)."""
-        return str if isinstance(self.values[0], str) else int
-
-    @property
-    def step(self) -> int | None:
-        """The common difference when the int values form an arithmetic range of 2+ values."""
-        if self.kind is not int or len(self.values) < 2:
-            return None
-        ordered = sorted(self.values)
-        step = ordered[1] - ordered[0]
-        if any(b - a != step for a, b in zip(ordered, ordered[1:])):
-            return None
-        return step
-
-    @property
-    def int_encoded(self) -> bool:
-        """Whether Optuna sees this knob as an IntDistribution (else categorical)."""
-        return self.encoding == "int" or (self.encoding == "auto" and self.step is not None)
-
-    def describe_encoding(self) -> str:
-        """The Optuna encoding in words, e.g. ``int 2..6 step 1`` or ``categorical``."""
-        if self.int_encoded:
-            return f"int {min(self.values)}..{max(self.values)} step {self.step}"
-        return "categorical"
-
-    def distribution(self) -> Any:
-        """The Optuna distribution over the real values (optuna is imported only here)."""
-        from optuna.distributions import CategoricalDistribution, IntDistribution
-
-        if self.int_encoded:
-            return IntDistribution(min(self.values), max(self.values), step=self.step)
-        return CategoricalDistribution(list(self.values))
-
-    def type_reason(self, value: object) -> str | None:
-        """Why ``value`` is not one of this knob's values (wrong type or not declared)."""
-        if self.kind is int and not _is_int(value):
-            return f"{self.name}={value!r} is a {type(value).__name__}, expected an int"
-        if self.kind is str and not isinstance(value, str):
-            return f"{self.name}={value!r} is a {type(value).__name__}, expected a string"
-        if value not in self.values:
-            return f"{self.name}={value!r} not in {list(self.values)}"
-        return None
-
-    def cpp_arg(self, value: Any) -> str:
-        """The C++ template-argument token of a value (string values need ``cpp``)."""
-        if self.cpp is not None:
-            return self.cpp[value]
-        if self.kind is str:
-            raise ValueError(f"{self.name}: no C++ token for {value!r} (declare cpp=)")
-        return str(int(value))
 
 
 def ptxas_register_cap(device: DeviceSpec, threads: int, blocks_per_sm: int = 1) -> int:
@@ -215,6 +116,9 @@ class KernelTemplate:
     # then launch it programmatically (runtime/plan.py)
     programmatic_launch: bool = False
     dtype_codes: Mapping[str, int] = {"bf16": 0, "fp16": 1}  # the kernel's first template argument
+    # Problem gates (tunefw/problem.py) the kernel computes: a gated one adds GATED=1 as the last
+    # template argument (0 by default in the .cuh, so plain names stay as they were).
+    gates: tuple[str, ...] = ("none",)
     params: tuple[Param, ...] = ()
     # Starting points every search evaluates first: overrides of default_config() that measured
     # well on real GPUs (recorded in benchmarks/results). Those check() rejects for a problem
@@ -353,6 +257,8 @@ class KernelTemplate:
             return reason
         if not self.supports(device):
             return f"{self.family} needs compute capability >= {self.min_cc} ({device.name} is {device.cc})"
+        if problem.gate not in self.gates:
+            return f"{self.family} has no gated epilogue: problem gate={problem.gate!r} is not in {self.gates}"
         return self._check(config, problem, device)
 
     # ---- what subclasses implement ----------------------------------------------------------
@@ -393,6 +299,10 @@ class KernelTemplate:
         raise NotImplementedError
 
     # ---- derived ----------------------------------------------------------------------------
-    def name_expression(self, config: Config, dtype: str) -> str:
-        """The instantiation NVRTC compiles and looks up, e.g. ``gemm_mma_sm80<...>``."""
-        return f"{self.kernel}<{', '.join(self.template_args(config, dtype))}>"
+    def name_expression(self, config: Config, dtype: str, gate: str = "none") -> str:
+        """The instantiation NVRTC compiles and looks up, e.g. ``gemm_mma_sm80<...>``: the
+        template arguments, then GATED=1 for a gated problem (a gate the kernel lacks is refused)."""
+        if gate not in self.gates:
+            raise UserError(f"gate {gate!r}: {self.family} computes {', '.join(self.gates)}")
+        gated = [] if gate == "none" else ["1"]
+        return f"{self.kernel}<{', '.join(self.template_args(config, dtype) + gated)}>"

@@ -17,6 +17,7 @@ from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import (Config, CostHint, KernelTemplate, Launch, Param, Resources,
                                    ptxas_register_cap)
+from tunefw.templates.skinny_sm90 import SWAPAB_HEADERS
 
 # Register estimate, fitted to ptxas on sm_90a (tests/test_rows_sm90.py compiles a sample to hold
 # it: no accepted config spills): ptxas keeps about 16 registers per 64-k pair a warp holds
@@ -45,7 +46,7 @@ def _cdiv(a: int, b: int) -> int:
 class RowsSm90(KernelTemplate):
     family = "rows_sm90"
     source = "rows_sm90.cuh"
-    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
+    headers = SWAPAB_HEADERS
     kernel = "gemm_rows_sm90"
     min_cc = 90  # cp.async.bulk with mbarrier transaction counts
     tensor_op = "HMMA"

@@ -57,10 +57,16 @@ def swap_ab_tile_reason(config: Config, problem: GemmProblem) -> str | None:
     return None
 
 
+# The headers of the swap-AB decode families (skinny, stream, rows): their shared epilogue and
+# what it includes.
+SWAPAB_HEADERS = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh",
+                  "include/tunefw/swapab_reduce.cuh", "include/tunefw/gate.cuh")
+
+
 class SkinnySm90(KernelTemplate):
     family = "skinny_sm90"
     source = "skinny_sm90.cuh"
-    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
+    headers = SWAPAB_HEADERS
     kernel = "gemm_skinny_sm90"
     min_cc = 90  # thread-block clusters and DSMEM
     tensor_op = "HMMA"

@@ -17,7 +17,7 @@ from tunefw.device import DeviceSpec
 from tunefw.problem import GemmProblem
 from tunefw.templates.base import (Config, CostHint, KernelTemplate, Launch, Param, Resources,
                                    ptxas_register_cap)
-from tunefw.templates.skinny_sm90 import swap_ab_tile_reason
+from tunefw.templates.skinny_sm90 import SWAPAB_HEADERS, swap_ab_tile_reason
 from tunefw.templates.wgmma_sm90 import WgmmaSm90
 
 MAX_CLUSTER = 16  # H100/H200 allow 16 CTAs with the non-portable cluster attribute
@@ -61,7 +61,8 @@ ALIGN_SLACK = 1024  # the kernel aligns its ring to 1024 bytes (the 128-byte swi
 class StreamSm90(KernelTemplate):
     family = "stream_sm90"
     source = "stream_sm90.cuh"
-    headers = ("include/tunefw/sm80.cuh", "include/tunefw/sm90.cuh", "include/tunefw/swapab_reduce.cuh")
+    headers = SWAPAB_HEADERS
+    gates = ("none", "silu")  # silu: a CTA's BN weight rows are BN/2 of Bg over the same of Bu
     kernel = "gemm_stream_sm90"
     min_cc = 90  # TMA, mbarrier transaction counts, clusters and DSMEM
     tensor_op = "HMMA"
@@ -133,20 +134,25 @@ class StreamSm90(KernelTemplate):
         return CostHint(tile_m=8 * config["MTILES"], tile_n=config["BN"], tile_k=config["BK"],
                         split_k=config["CK"], stages=config["STAGES"], efficiency=0.4)
 
+    @staticmethod
+    def out_cols(config: Config, problem: GemmProblem) -> int:
+        """Columns of C a CTA writes: BN, or BN/2 gated (its BN weight rows are gate and up)."""
+        return config["BN"] if problem.gate == "none" else config["BN"] // 2
+
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         ck = config["CK"]
-        return Launch(grid=(_cdiv(problem.N, config["BN"]) * ck, 1, 1),
+        return Launch(grid=(_cdiv(problem.N, self.out_cols(config, problem)) * ck, 1, 1),
                       block=((config["WARPS"] + 1) * 32, 1, 1), smem_bytes=self.smem_bytes(config),
                       cluster=(ck, 1, 1))
 
     def tensor_map_specs(self, config: Config, problem: GemmProblem) -> dict[str, dict]:
         """What cuTensorMapEncodeTiled gets for A and B (innermost dimension first): 64-k boxes
-        of 8*MTILES rows of A and BN rows of B."""
+        of 8*MTILES rows of A and BN rows of B (gated: BN/2 rows, loaded from Bg and Bu)."""
         k = problem.K
         return {"a": {"dims": (k, problem.M), "strides": (k * 2,),
                       "box": (SWIZZLE // 2, 8 * config["MTILES"]), "swizzle": SWIZZLE},
-                "b": {"dims": (k, problem.N), "strides": (k * 2,),
-                      "box": (SWIZZLE // 2, config["BN"]), "swizzle": SWIZZLE}}
+                "b": {"dims": (k, problem.weight_rows), "strides": (k * 2,),
+                      "box": (SWIZZLE // 2, self.out_cols(config, problem)), "swizzle": SWIZZLE}}
 
     def kernel_args(self, config: Config, problem: GemmProblem,
                     ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:

@@ -44,7 +44,8 @@ def _cdiv(a: int, b: int) -> int:
 class WgmmaSm90(KernelTemplate):
     family = "wgmma_sm90"
     source = "wgmma_sm90.cuh"
-    headers = ("include/tunefw/sm90.cuh", "include/tunefw/wgmma_ops.cuh")
+    headers = ("include/tunefw/sm90.cuh", "include/tunefw/wgmma_ops.cuh", "include/tunefw/gate.cuh")
+    gates = ("none", "silu")  # silu: a tile's BN rows of B are BN/2 of Bg over the same of Bu
     kernel = "gemm_wgmma_sm90"
     min_cc = 90
     tensor_op = "HGMMA"
@@ -142,8 +143,10 @@ class WgmmaSm90(KernelTemplate):
         return cls.rows_per_consumer(config) * config["BN"] // 128
 
     @staticmethod
-    def epilogue_chunk_cols(config: Config) -> int:
-        return 64 if config["BN"] % 64 == 0 else 32
+    def epilogue_chunk_cols(config: Config, gate: str = "none") -> int:
+        """Columns per TMA-store chunk of the tile's output (BN wide, BN/2 gated)."""
+        out = config["BN"] if gate == "none" else config["BN"] // 2
+        return 64 if out % 64 == 0 else 32
 
     @classmethod
     def smem_parts(cls, config: Config) -> dict[str, int]:
@@ -166,7 +169,7 @@ class WgmmaSm90(KernelTemplate):
     @classmethod
     def tile_counts(cls, config: Config, problem: GemmProblem) -> tuple[int, int]:
         rows, cols = cls.kernel_dims(config, problem)
-        return _cdiv(rows, config["BM"]), _cdiv(cols, config["BN"])
+        return _cdiv(rows, config["BM"]), _cdiv(cols, problem.tile_out_cols(config["BN"]))
 
     @classmethod
     def total_work(cls, config: Config, problem: GemmProblem) -> int:
@@ -202,6 +205,13 @@ class WgmmaSm90(KernelTemplate):
             if problem.M > TMA_BOX_MAX:
                 return (f"SWAP_AB=1 with M={problem.M}: the tokens span several BN tiles; "
                         "swap-AB is for M <= 256")
+        if problem.gate != "none":
+            if config["SWAP_AB"] or cm != 1:
+                return (f"gate={problem.gate}: the gated epilogue pairs a tile's Bg and Bu rows in "
+                        "one CTA's accumulators: SWAP_AB=0 and CLUSTER_M=1 (no B multicast)")
+            if bn % 16 or (bn // 2 % 32 and config["EPILOGUE"] != "direct"):
+                return (f"BN={bn}: gated, a tile writes BN/2 columns: BN a multiple of 16, and of "
+                        "64 for the TMA-store epilogue (else EPILOGUE=direct)")
         if bn % 32 and config["EPILOGUE"] != "direct":
             return (f"BN={bn}: the TMA-store epilogue writes 32- or 64-column chunks; a width "
                     "off a multiple of 32 stores directly (EPILOGUE=direct)")
@@ -305,15 +315,16 @@ class WgmmaSm90(KernelTemplate):
         column operands: A and B, or B and A under swap-AB) and for C (innermost dimension
         first), each with the operand ('a', 'b', 'c') whose address it maps."""
         m, n, k = problem.M, problem.N, problem.K
-        rows, cols = self.kernel_dims(config, problem)
         sw = config["SWIZZLE"]
-        epi_n = self.epilogue_chunk_cols(config)
+        epi_n = self.epilogue_chunk_cols(config, problem.gate)
         swap = config["SWAP_AB"]
+        # Gated, the column operand is all 2N rows of [Bg; Bu], loaded BN/2 rows a box twice.
+        a_rows, b_rows = (n, m) if swap else (m, problem.weight_rows)
         return {
-            "a": {"dims": (k, rows), "strides": (k * 2,), "swizzle": sw, "operand": "b" if swap else "a",
+            "a": {"dims": (k, a_rows), "strides": (k * 2,), "swizzle": sw, "operand": "b" if swap else "a",
                   "box": (sw // 2, config["BM"] // config["CLUSTER_N"])},
-            "b": {"dims": (k, cols), "strides": (k * 2,), "swizzle": sw, "operand": "a" if swap else "b",
-                  "box": (sw // 2, config["BN"] // config["CLUSTER_M"])},
+            "b": {"dims": (k, b_rows), "strides": (k * 2,), "swizzle": sw, "operand": "a" if swap else "b",
+                  "box": (sw // 2, problem.tile_out_cols(config["BN"]) // config["CLUSTER_M"])},
             "c": {"dims": (n, m), "strides": (n * 2,), "box": (epi_n, 64), "swizzle": epi_n * 2,
                   "operand": "c"},
         }

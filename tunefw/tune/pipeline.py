@@ -266,7 +266,8 @@ class Pipeline:
             return
         spec = job.spec
         future = self.compiler.submit(get_family(spec.family), spec.config,
-                                      spec.problem["dtype"], self.device.arch)
+                                      spec.problem["dtype"], self.device.arch,
+                                      gate=spec.problem.get("gate", "none"))
         self.compiling.append((future, job))
 
     def _collect_compiles(self) -> list[tuple[Job, Outcome]]:

@@ -4,7 +4,8 @@ Run once when a migration is released (`python3 tests/data/schema/make.py 0003`)
 file and never regenerate an old one: each is what that revision's tunefw left on disk, and
 tests/test_schema_upgrades.py upgrades a copy of each to head. The schema comes from Alembic at
 that revision; the rows (a study of two problems, four trials of several outcomes, a winner;
-from 0003 on also a WORKER_LOST row and its retry, from 0005 on a killed launch's lease) are
+from 0003 on also a WORKER_LOST row and its retry, from 0005 on a killed launch's lease; 0006
+added the problems' gate column, whose default every older row takes) are
 written with only the tables and columns the revision has, as its code wrote them (columns a
 revision lacks are dropped: from 0004 on the rows keep ptxas's figures of the compiled trials).
 """

@@ -30,7 +30,9 @@ PARTS = ("guard_on", "guard_off", "exact", "compile", "graph")
 def plan_shapes(table: DispatchTable) -> list[dict]:
     """The untuned shapes: {M, N, K, dtype, kind ('layer' | 'other model'), label}."""
     shapes, layers = [], table.layers()
-    for (n, k, dtype, layout), entries in sorted(layers.items()):
+    for (n, k, dtype, layout, gate), entries in sorted(layers.items()):
+        if gate != "none":  # the guard and its plan are for plain GEMMs
+            continue
         tuned = {e.M for e in entries}
         label = entries[0].label or f"{n}x{k}"
         for m in UNTUNED_M:
@@ -44,7 +46,7 @@ def plan_shapes(table: DispatchTable) -> list[dict]:
 
 
 def _other_layers(table: DispatchTable) -> list[tuple[str, int, int, tuple[int, ...]]]:
-    have = {(n, k) for n, k, _, _ in table.layers()}
+    have = {(n, k) for n, k, _, _, gate in table.layers() if gate == "none"}
     return [o for o in OTHER_MODELS if (o[1], o[2]) not in have]
 
 
@@ -69,7 +71,9 @@ def calibration_shapes(table: DispatchTable) -> list[dict]:
                 add(p.M, p.N, p.K, p.dtype)
         except UserError:  # its layers have one tuned M each: nothing in between
             pass
-    for (n, k, dtype, _), entries in table.layers().items():
+    for (n, k, dtype, _, gate), entries in table.layers().items():
+        if gate != "none":
+            continue
         add(2 * entries[-1].M, n, k, dtype)
     grid = sorted({e.M for e in table.entries})
     dtype = table.entries[0].dtype if table.entries else "bf16"

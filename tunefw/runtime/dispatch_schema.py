@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from tunefw.problem import GATES
 from tunefw.templates import FAMILIES
 
 MAX_DIM = 2**31 - 1  # what the kernels index with 32-bit ints
@@ -67,7 +68,7 @@ class Entry(EntryV1):
     # the kernel source (family template and headers, hashed) the winner was measured with
     source_hash: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]] = None
     # "silu": C = silu(A Bg^T) * (A Bu^T) over B = [Bg; Bu] (2N rows); served only when asked
-    gate: Literal["none", "silu"] = "none"
+    gate: Literal[GATES] = "none"  # type: ignore[valid-type]
 
 
 class Evidence(_Strict):

@@ -43,7 +43,7 @@ class ProblemEntry(_Strict):
     K: Optional[Dim] = None
     dtype: Optional[Literal["bf16", "fp16"]] = None
     layout: Literal["TN"] = "TN"
-    gate: Literal["none", "silu"] = "none"
+    gate: Literal[GATES] = "none"  # type: ignore[valid-type]
     label: Label = ""
 
     @model_validator(mode="after")

@@ -134,14 +134,9 @@ class StreamSm90(KernelTemplate):
         return CostHint(tile_m=8 * config["MTILES"], tile_n=config["BN"], tile_k=config["BK"],
                         split_k=config["CK"], stages=config["STAGES"], efficiency=0.4)
 
-    @staticmethod
-    def out_cols(config: Config, problem: GemmProblem) -> int:
-        """Columns of C a CTA writes: BN, or BN/2 gated (its BN weight rows are gate and up)."""
-        return config["BN"] if problem.gate == "none" else config["BN"] // 2
-
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         ck = config["CK"]
-        return Launch(grid=(_cdiv(problem.N, self.out_cols(config, problem)) * ck, 1, 1),
+        return Launch(grid=(_cdiv(problem.N, problem.tile_out_cols(config["BN"])) * ck, 1, 1),
                       block=((config["WARPS"] + 1) * 32, 1, 1), smem_bytes=self.smem_bytes(config),
                       cluster=(ck, 1, 1))
 
@@ -152,7 +147,7 @@ class StreamSm90(KernelTemplate):
         return {"a": {"dims": (k, problem.M), "strides": (k * 2,),
                       "box": (SWIZZLE // 2, 8 * config["MTILES"]), "swizzle": SWIZZLE},
                 "b": {"dims": (k, problem.weight_rows), "strides": (k * 2,),
-                      "box": (SWIZZLE // 2, self.out_cols(config, problem)), "swizzle": SWIZZLE}}
+                      "box": (SWIZZLE // 2, problem.tile_out_cols(config["BN"])), "swizzle": SWIZZLE}}
 
     def kernel_args(self, config: Config, problem: GemmProblem,
                     ptrs: Mapping[str, int]) -> list[tuple[Any, Any]]:

@@ -118,7 +118,7 @@ def study_rows(db: str, name: str, by: list[str]) -> tuple[list[dict], dict, dic
             counts = q.outcome_counts(s, p, study.round)
             evaluated = sum(n for st, n in counts.items() if st != "INVALID")
             winner = s.get(Winner, p.id)
-            row = {"family": None, "dtype": p.dtype, "M": p.M, "N": p.N, "K": p.K,
+            row = {"family": None, "dtype": p.dtype, "M": p.M, "N": p.N, "K": p.K, "gate": p.gate,
                    "config": None, "tflops": None, "cublas_tflops": None, "ratio": None,
                    "trial_id": None, "confirmed": False, "configs_checked": evaluated,
                    "wrong": counts.get("WRONG_ANSWER", 0), "outcomes": dict(counts)}

@@ -48,6 +48,7 @@ from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_mod
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
 from tunefw.runtime import fastpath  # noqa: E402
+from tunefw.runtime.fusion import gated_forward  # noqa: E402
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
@@ -65,11 +66,17 @@ def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
     return shapes
 
 
+def gated_mlps(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The MLPs tunefw.patch(gated=True) serves by one gated GEMM (their forward is its own)."""
+    return {name: m for name, m in model.named_modules()
+            if getattr(vars(m).get("forward"), "func", None) is gated_forward}
+
+
 def routes(step, model: torch.nn.Module, dispatcher) -> dict:
     """Run ``step`` once eagerly, recording each GEMM the tunefw layers run; per GEMM shape: the
     calls and the route the dispatcher gives those very operands (on CPU: its preview for the
     table's GPU). A fused group's GEMM counts once, under its summed N; a member served from it
-    runs none (``from_group``)."""
+    runs none (``from_group``); a gated MLP's GEMM counts under 'MxNxK:silu'."""
     seen: Counter = Counter()
     served: dict[str, dict] = {}
     from_group: Counter = Counter()
@@ -93,8 +100,21 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
                            "family": r.entry.family if r.entry is not None else "cublas",
                            "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}" if r.entry is not None else None,
                            "reason": r.reason}
+    def gated_hook(mlp, inputs):
+        x, gate = inputs[0].reshape(-1, inputs[0].shape[-1]), mlp.gate_proj
+        shape = (x.shape[0], gate.out_features, gate.in_features)
+        key = "{}x{}x{}:silu".format(*shape)
+        seen[key] += 1
+        if key not in served:
+            r = (dispatcher.route(*shape, x.dtype, x.get_device(), gate="silu") if x.is_cuda
+                 else dispatcher.preview(*shape, x.dtype, gate="silu"))
+            served[key] = {"path": r.path, "rule": r.rule,
+                           "family": r.entry.family if r.entry is not None else "stock",
+                           "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}:silu" if r.entry is not None else None,
+                           "reason": r.reason}
     handles = [m.register_forward_pre_hook(hook) for m in model.modules()
                if isinstance(m, tunefw.Linear)]
+    handles += [m.register_forward_pre_hook(gated_hook) for m in gated_mlps(model).values()]
     try:
         step()
     finally:
@@ -128,11 +148,14 @@ def host_inputs(smoke: bool) -> list[tuple[int, int]]:
 def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[int, int, list[str]]]:
     """(N, K, layers) per host-cost call on one input: one layer of each (N, K), or, where the
     patched model fuses siblings, each distinct group's layers in call order under their summed
-    N (its first member alone runs the group's GEMM: not one layer's call)."""
+    N (its first member alone runs the group's GEMM: not one layer's call). A gated MLP's gate
+    and up are left out: their GEMM is the MLP's own call (tunefw.gated), timed by the cases."""
     names = {id(m): n for n, m in patched.named_modules()}
+    gated = {id(m.gate_proj._group) for m in gated_mlps(patched).values()}  # not timed here
     groups = {id(m._group): [names[id(x)] for x in m._group.members]
               for m in patched.modules() if getattr(m, "_group", None) is not None}
     grouped = {n for g in groups.values() for n in g}
+    groups = {k: g for k, g in groups.items() if k not in gated}
     units = [(n, k, alone[:1]) for (n, k), layers in linear_shapes(stock).items()
              for alone in [[x for x in layers if x not in grouped]] if alone]
     seen = set()
@@ -285,14 +308,14 @@ def _host_text(timed: dict) -> str:
 
 
 def logits_at_depth(sizes: dict, layers: int, dev: torch.device, dispatcher, past: int,
-                    smoke: bool, fuse: bool = False) -> dict:
+                    smoke: bool, fuse: bool = False, gated: bool = False) -> dict:
     """Each case's eager logits, patched vs stock and both vs the rounded twin, on a model of
     ``layers`` decoder layers (the issue's 2): through 32 random layers any other correct GEMM
     (the rounded twin's, tunefw's) moves them by a few percent, so the 1e-2 bar is judged here,
     beside the deep figures."""
     stock = build_model(sizes, layers, dev, seed=1)
     patched, rounded = twin(stock), rounded_twin(stock)
-    tunefw.patch(patched, dispatcher, fuse=fuse)
+    tunefw.patch(patched, dispatcher, fuse=fuse, gated=gated)
     errors, vs_twin = {}, {}
     for label, kind, size in cases(smoke):
         def make(m, kind=kind, size=size):
@@ -385,6 +408,8 @@ def main() -> int:
                     help="skip the eager A/A (stock against an unpatched copy of it)")
     ap.add_argument("--fuse", action="store_true", help="patch with fuse=True: q/k/v "
                     "one GEMM (the table should be a fused study's: --from-model --fuse)")
+    ap.add_argument("--gated", action="store_true", help="patch with gated=True: each MLP's "
+                    "gate and up one gated GEMM (a table with gated entries: --from-model --gated)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny model on the CPU, to check the script (not a result)")
     args = ap.parse_args()
@@ -407,7 +432,7 @@ def main() -> int:
     copy = None if args.no_aa else twin(stock)
     torch.backends.cuda.matmul.allow_tf32 = False  # the rounded twin's float32 GEMMs: no TF32
     dispatcher = tunefw.Dispatcher(args.table, cubin_dir=args.cubins)
-    patch = tunefw.patch(patched, dispatcher, fuse=args.fuse)
+    patch = tunefw.patch(patched, dispatcher, fuse=args.fuse, gated=args.gated)
     env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "python": platform.python_version(),
@@ -423,7 +448,8 @@ def main() -> int:
               "env": env, "model": {**sizes, "num_hidden_layers": layers, "dtype": "bf16",
                                     "past_tokens": past, "attention": "sdpa"},
               "patch": {"swapped": len(patch.swapped), "skipped": patch.skipped,
-                        "fused_groups": len(patch.fused)},
+                        "fused_groups": len(patch.fused), "gated_mlps": len(patch.gated),
+                        "ungated": patch.ungated},
               "shapes": {f"{n}x{k}": v for (n, k), v in linear_shapes(stock).items()},
               "rounds": rounds, "eager_rounds": eager_rounds, "cases": []}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -442,7 +468,7 @@ def main() -> int:
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
         report["logits_at_depth"] = logits_at_depth(sizes, args.logits_layers, dev, dispatcher,
-                                                    past, args.cpu_smoke, args.fuse)
+                                                    past, args.cpu_smoke, args.fuse, args.gated)
         report["host_cost"] = host_costs(stock, patched, cuda, host_inputs(args.cpu_smoke),
                                          SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:

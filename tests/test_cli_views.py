@@ -92,7 +92,8 @@ def test_trial_show_names_the_shape_the_layer_and_ptxas(db_url, seeded):
     assert lines[1] == "ptxas: 154 registers/thread, 1024 B static shared memory, 0 B spilled"
     data = _json(db_url, "trial", "show", "6")
     assert (data["study"], data["label"]) == ("v", "llama.qkv")
-    assert data["problem"] == {"M": 1024, "N": 1024, "K": 1024, "dtype": "bf16", "layout": "TN"}
+    assert data["problem"] == {"M": 1024, "N": 1024, "K": 1024, "dtype": "bf16", "layout": "TN",
+                               "gate": "none"}
     assert (data["ptxas_regs"], data["ptxas_smem_bytes"], data["ptxas_spill_bytes"]) == (
         154, 1024, 0)
     unlabelled = invoke_cli("trial", "show", "9", db=db_url).stdout.splitlines()

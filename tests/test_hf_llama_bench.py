@@ -56,17 +56,25 @@ def test_prefill_step_gives_the_last_tokens_logits(model):
     assert got.shape == (1, 1, VOCAB) and _rel(got, ref) < 1e-4
 
 
-def test_route_counts_name_every_gemm_of_a_step(model):
+def _patched_routes(model, **how):
+    """A bf16 twin of ``model`` patched ``how`` with the decode table: the twin, the patch's
+    report, the route counts of a 6-token prefill and the dispatcher (the process's restored)."""
     saved = dict(ops._state)
     try:
         patched = twin(model).to(torch.bfloat16)
         dispatcher = tunefw.Dispatcher(REPO / "benchmarks/results/dispatch_decode_h200.json")
-        assert len(tunefw.patch(patched, dispatcher).swapped) == 15
+        report = tunefw.patch(patched, dispatcher, **how)
         with torch.no_grad():
             got = bench.routes(Prefill(patched, 6, torch.Generator().manual_seed(1)), patched, dispatcher)
     finally:
         ops._state.clear()
         ops._state.update(saved)
+    return patched, report, got, dispatcher
+
+
+def test_route_counts_name_every_gemm_of_a_step(model):
+    _, report, got, dispatcher = _patched_routes(model)
+    assert len(report.swapped) == 15
     per = got["per_shape"]
     assert {k: v["calls"] for k, v in per.items()} == {
         "6x256x256": 4, "6x128x256": 4, "6x512x256": 4, "6x256x512": 2, "1x1024x256": 1}
@@ -78,16 +86,8 @@ def test_route_counts_name_every_gemm_of_a_step(model):
 
 
 def test_route_counts_of_a_fused_patch_count_each_groups_gemm_once(model):
-    saved = dict(ops._state)
-    try:
-        patched = twin(model).to(torch.bfloat16)
-        dispatcher = tunefw.Dispatcher(REPO / "benchmarks/results/dispatch_decode_h200.json")
-        assert len(tunefw.patch(patched, dispatcher, fuse=True).fused) == 2
-        with torch.no_grad():
-            got = bench.routes(Prefill(patched, 6, torch.Generator().manual_seed(1)), patched, dispatcher)
-    finally:
-        ops._state.clear()
-        ops._state.update(saved)
+    patched, report, got, _ = _patched_routes(model, fuse=True)
+    assert len(report.fused) == 2
     # per layer q+k+v (256+128+128) one GEMM: k and v ride along (gate and up: 512 wide too)
     assert {k: v["calls"] for k, v in got["per_shape"].items()} == {
         "6x512x256": 6, "6x256x256": 2, "6x256x512": 2, "1x1024x256": 1}
@@ -97,6 +97,18 @@ def test_route_counts_of_a_fused_patch_count_each_groups_gemm_once(model):
         (256, 256, ["model.layers.0.self_attn.o_proj"]), (512, 256, ["model.layers.0.mlp.gate_proj"]),
         (256, 512, ["model.layers.0.mlp.down_proj"]), (1024, 256, ["lm_head"]),
         (512, 256, [f"model.layers.0.self_attn.{x}_proj" for x in "qkv"])]
+
+
+def test_route_counts_of_a_gated_patch_count_each_mlps_gated_gemm(model):
+    patched, report, got, _ = _patched_routes(model, gated=True)
+    assert len(report.gated) == 2
+    per = got["per_shape"]  # gate and up run no GEMM of their own: the MLP's gated one instead
+    assert {k: v["calls"] for k, v in per.items()} == {
+        "6x256x256": 4, "6x128x256": 4, "6x512x256:silu": 2, "6x256x512": 2, "1x1024x256": 1}
+    assert per["6x512x256:silu"]["family"] == "stock"  # the table has no gated entry
+    assert bench.call_units(model, patched) == [  # the gated GEMM is timed by the cases only
+        (256, 256, ["model.layers.0.self_attn.q_proj"]), (128, 256, ["model.layers.0.self_attn.k_proj"]),
+        (256, 512, ["model.layers.0.mlp.down_proj"]), (1024, 256, ["lm_head"])]
 
 
 def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_input():

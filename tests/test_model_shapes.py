@@ -153,3 +153,18 @@ def test_cli_study_create_from_model_fused(db_url, llama_config):
                     (1024, 256, "lm_head"), (256, 512, "down_proj")}
     bad = invoke_cli("study", "create", "y", "--shape", "16x256x256", "--fuse", db=db_url)
     assert bad.returncode != 0 and bad.stderr.strip() == "tunefw: error: study create: --fuse applies to --from-model only"
+
+
+def test_cli_study_create_from_model_gated(db_url, llama_config):
+    made = invoke_cli("study", "create", "tinyg", "--from-model", str(llama_config), "--m-grid",
+                      "1,16", "--fuse", "--gated", db=db_url)
+    assert made.returncode == 0, made.stderr
+    assert ("N=512 K=256 gate silu (weight of 2N rows) tuned as bf16: 2 layer(s): "
+            "model.layers.*.mlp.gate_proj+up_proj") in made.stdout
+    shown = json.loads(invoke_cli("study", "show", "tinyg", "--json", db=db_url).stdout)
+    rows = {(p["N"], p["K"], p["label"], p.get("gate", "none")) for p in shown["problems"] if p["M"] == 16}
+    assert rows == {(512, 256, "q_proj_k_proj_v_proj", "none"), (256, 256, "o_proj", "none"),
+                    (512, 256, "gate_proj_up_proj", "silu"), (256, 512, "down_proj", "none"),
+                    (1024, 256, "lm_head", "none")}
+    bad = invoke_cli("study", "create", "z", "--shape", "16x256x256", "--gated", db=db_url)
+    assert bad.stderr.strip() == "tunefw: error: study create: --gated applies to --from-model only"

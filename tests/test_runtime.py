@@ -256,7 +256,7 @@ def test_known_plan_finds_the_plan_of_the_flattened_input_without_a_reshape():
     # tunefw.Linear asks before it reshapes: a cached cuBLAS route (None) skips the reshape
     d = Dispatcher.__new__(Dispatcher)
     w = torch.empty(8, 16, device="meta")
-    d._plans = {(torch.Size([6, 16]), w.shape, torch.float32, torch.float32, -1, -1): None}
+    d._plans = {(torch.Size([6, 16]), w.shape, torch.float32, torch.float32, -1, -1, "none"): None}
     assert d.known_plan(torch.empty(2, 3, 16, device="meta"), w) is None
     assert d.known_plan(torch.empty(6, 16, device="meta"), w) is None
     assert d.known_plan(torch.empty(5, 16, device="meta"), w) is False  # not resolved yet

@@ -1,13 +1,13 @@
 """tunefw: a distributed autotuner for GPU GEMM kernels.
 
-``tunefw.gemm``, ``tunefw.Linear``, ``tunefw.set_dispatch``, ``tunefw.Dispatcher``,
+``tunefw.gemm``, ``tunefw.gated``, ``tunefw.Linear``, ``tunefw.set_dispatch``, ``tunefw.Dispatcher``,
 ``tunefw.patch`` and ``tunefw.unpatch`` load torch
 on first access (the CLI does not pay for them); ``tunefw.SIBLING_SETS`` and
 ``tunefw.MLP_SIBLING_SETS`` name the layer groups ``patch(fuse=...)`` can fuse.
 """
 __version__ = "0.1.0"
 
-_LAZY = {"gemm": "tunefw.runtime.ops", "Linear": "tunefw.runtime.ops",
+_LAZY = {"gemm": "tunefw.runtime.ops", "gated": "tunefw.runtime.ops", "Linear": "tunefw.runtime.ops",
          "set_dispatch": "tunefw.runtime.ops", "get_dispatcher": "tunefw.runtime.ops",
          "Dispatcher": "tunefw.runtime.dispatcher", "patch": "tunefw.runtime.patching",
          "unpatch": "tunefw.runtime.patching", "PatchReport": "tunefw.runtime.patching",

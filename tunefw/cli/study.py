@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
-from tunefw.cli.render import knobs, launch_line, number, print_json, ratio
+from tunefw.cli.render import knobs, launch_line, number, print_json, problem_text, ratio
 from tunefw.errors import UserError
 from tunefw.study.schema import SAMPLERS
 
@@ -68,6 +68,8 @@ def study_create(
                                help="Token counts M for --from-model (README: the M grid)."),
     fuse: bool = typer.Option(False, "--fuse", help="With --from-model: tune each sibling group "
                               "(q/k/v; tunefw/study/siblings.py) as the one GEMM tunefw.patch(model, fuse=True) runs."),
+    gated: bool = typer.Option(False, "--gated", help="With --from-model: tune each SwiGLU MLP's "
+                               "gate and up as the one gated GEMM tunefw.patch(model, gated=True) runs."),
 ) -> None:
     """Create a study from a YAML file, --shape options and/or a model's linear layers; the
     options override the file's fields."""
@@ -83,11 +85,13 @@ def study_create(
     data["name"] = name
     if shape:
         data["problems"] = list(data.get("problems", [])) + [{"shape": s} for s in shape]
-    if fuse and from_model is None:
-        raise UserError("study create: --fuse applies to --from-model only")
+    for flag, given in (("--fuse", fuse), ("--gated", gated)):
+        if given and from_model is None:
+            raise UserError(f"study create: {flag} applies to --from-model only")
     if from_model is not None:  # the model's own layers (tunefw.study.model_shapes)
         from tunefw.study.model_shapes import study_problems
-        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"), fuse)
+        problems, notes = study_problems(from_model, m_grid, dtype or data.get("dtype", "bf16"),
+                                         fuse, gated)
         data["problems"] = list(data.get("problems", [])) + problems
         for note in notes:
             out.print(note, markup=False, highlight=False)
@@ -184,7 +188,7 @@ def study_show(name: str = typer.Argument(..., metavar="NAME", help="Study name.
                   + (f" ({kind})" if kind else ""))
     for p in data["problems"]:
         best = p["best"] or {}
-        table.add_row(f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}", p["label"] or "-",
+        table.add_row(problem_text(p), p["label"] or "-",
                       str(p["evaluated"]), str(p["ok"]),
                       ", ".join(f"{k}:{v}" for k, v in p["outcomes"].items()) or "-",
                       _best_ratio(best), number(best.get("tflops")),

@@ -9,16 +9,12 @@ import typer
 from rich.table import Table
 
 from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
-from tunefw.cli.render import knobs, number, print_json, ratio, tag
+from tunefw.cli.render import knobs, number, print_json, problem_text, ratio, tag
 from tunefw.errors import UserError
 from tunefw.outcome import Status
 
 trial_app = typer.Typer(help="List and inspect trials.", no_args_is_help=True)
 OUTCOMES = ", ".join(s.value for s in Status)
-
-
-def _problem_text(p: dict) -> str:
-    return f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}"
 
 
 def _outcome(text: Optional[str]) -> Optional[str]:
@@ -47,7 +43,7 @@ def list_data(study_name: str, problem: Optional[str], outcome: Optional[str],
                                           for p in study.problems):
             raise UserError(f"--problem {problem}: study {study.name!r} has no such problem "
                             f"(it has {', '.join(p.key.split(':')[0] for p in study.problems)})")
-        rows = [{"id": t.id, "problem": {"M": p.M, "N": p.N, "K": p.K, "dtype": p.dtype},
+        rows = [{"id": t.id, "problem": {"M": p.M, "N": p.N, "K": p.K, "dtype": p.dtype, "gate": p.gate},
                  "label": p.label, "family": t.family, "outcome": t.status, "ratio": t.ratio,
                  "tflops": t.tflops, "cublas_tflops": t.cublas_tflops, "config": t.config}
                 for t, p in q.study_trials(s, study, wanted, status)]
@@ -82,7 +78,7 @@ def trial_list(
                   title=f"study {data['study']} round {data['round']}: {len(rows)} trial(s)"
                   + (", best first" if top is not None else "") + tag(kind))
     for r in rows:
-        table.add_row(str(r["id"]), _problem_text(r["problem"]), r["label"] or "-", r["family"],
+        table.add_row(str(r["id"]), problem_text(r["problem"]), r["label"] or "-", r["family"],
                       r["outcome"], ratio(r["ratio"]), number(r["tflops"]),
                       knobs(r["family"], r["config"]))
     out.print(table)
@@ -102,7 +98,8 @@ def trial_show(trial_id: int = typer.Argument(..., metavar="ID",
             raise UserError(f"trial {trial_id} not found in {q.database_of(s)}")
         p = s.get(Problem, t.problem_id)
         data = {"study": s.get(Study, t.study_id).name,
-                "problem": {"M": p.M, "N": p.N, "K": p.K, "dtype": p.dtype, "layout": p.layout},
+                "problem": {"M": p.M, "N": p.N, "K": p.K, "dtype": p.dtype, "layout": p.layout,
+                            "gate": p.gate},
                 "label": p.label}
         data.update({c.name: getattr(t, c.name) for c in Trial.__table__.columns})
         data["ratio"] = t.ratio  # to the cuBLAS of the same screen: what the search ranked by
@@ -114,7 +111,7 @@ def trial_show(trial_id: int = typer.Argument(..., metavar="ID",
     problem, label = data.pop("problem"), data.pop("label")
     figures = [data.pop(k) for k in ("ptxas_regs", "ptxas_smem_bytes", "ptxas_spill_bytes")]
     out.print(f"[bold]trial {data.pop('id')}[/] of study {data.pop('study')}: "
-              f"{_problem_text(problem)} {problem['layout']}"
+              f"{problem_text(problem)} {problem['layout']}"
               + (f", layer {label}" if label else ""), highlight=False)
     out.print("[bold]ptxas[/]: " + ("- (nothing compiled)" if figures[0] is None else
               f"{figures[0]} registers/thread, {figures[1]} B static shared memory, "

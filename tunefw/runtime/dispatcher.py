@@ -15,16 +15,9 @@ that fails its verification on the shape.
 The hot path (a cached plan per shape, a cached argument buffer per operand triple) is
 tunefw/runtime/plan.py.
 
-Shipped cubins (``cubin_dir``), as written by tunefw.runtime.shipped.ship_cubins::
-
-    cubin_dir/manifest.json  {"format": 1, "arch": "sm_90a",
-                              "kernels": {"<name expression>": {"file": "<cache key>.cubin",
-                                                                "lowered_name": "<mangled>"}}}
-    cubin_dir/<cache key>.cubin
-
-The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``) names the instantiation; a cubin is
-used only when the manifest's arch equals this GPU's; a kernel missing from the manifest is
-compiled (and a compile that fails sends its shapes to cuBLAS).
+``gated(a, b, gate)`` serves a gated problem (b = [Bg; Bu]) the same way from the table's entries
+of that gate, else in the stock form (one cuBLAS GEMM, then the gate's elementwise ops).
+Shipped cubins (``cubin_dir``): tunefw/runtime/shipped.py.
 """
 from __future__ import annotations
 
@@ -38,6 +31,7 @@ import torch
 
 from tunefw.device import DeviceSpec
 from tunefw.errors import UserError
+from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, load
 from tunefw.runtime import firstuse
@@ -77,10 +71,16 @@ def fingerprint_mismatch(table: DispatchTable, gpu: DeviceSpec) -> str | None:
     return None
 
 
-def _plan_key(a_shape: tuple, a: torch.Tensor, b: torch.Tensor) -> tuple:
+def _plan_key(a_shape: tuple, a: torch.Tensor, b: torch.Tensor, gate: str = "none") -> tuple:
     """A plan's cache key: both shapes, dtypes and devices (a plan exists only for operands on
-    one device). ``a_shape`` is a's 2-D shape, a torch.Size or the plain tuple it equals."""
-    return (a_shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device())
+    one device) and the gate. ``a_shape`` is a's 2-D shape, a torch.Size or the plain tuple it
+    equals."""
+    return (a_shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device(), gate)
+
+
+def _where(M: int, N: int, K: int, dtype: str, gate: str) -> str:
+    """A shape's name in the verification records: 'MxNxK:dtype', ':gate' added when gated."""
+    return f"{M}x{N}x{K}:{dtype}" + ("" if gate == "none" else f":{gate}")
 
 
 class Dispatcher:
@@ -130,6 +130,16 @@ class Dispatcher:
         c = plan(a, b) if plan is not None else None
         return torch.nn.functional.linear(a, b) if c is None else c  # a @ b.T, one dispatch
 
+    def gated(self, a: torch.Tensor, b: torch.Tensor, gate: str = "silu") -> torch.Tensor:
+        """C = silu(a @ Bg.T) * (a @ Bu.T) for b = [Bg; Bu] (2N x K) by a tuned gated kernel,
+        else in the stock form (method.stock: one cuBLAS GEMM over b, then SiLU and the product)."""
+        key = _plan_key(a.shape, a, b, gate)
+        plan = self._plans.get(key, False)
+        if plan is False:
+            plan = self._resolve(key, a, b, gate)
+        c = plan(a, b) if plan is not None else None
+        return stock_gated(a, b, gate) if c is None else c
+
     def route_for(self, a: torch.Tensor, b: torch.Tensor) -> Route:
         """The route gemm(a, b) takes for these very tensors (layout and placement included)."""
         if not (a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.dtype == b.dtype):
@@ -149,14 +159,14 @@ class Dispatcher:
         k = b.shape[1]
         return self._plans.get(_plan_key((x.numel() // k if k else 0, k), x, b), False)
 
-    def plan_for(self, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
-        """The plan gemm(a, b) uses (None: torch.matmul); builds it on first use."""
-        key = _plan_key(a.shape, a, b)
+    def plan_for(self, a: torch.Tensor, b: torch.Tensor, gate: str = "none") -> Plan | None:
+        """The plan gemm(a, b) (gated: gated(a, b, gate)) uses (None: torch); built on first use."""
+        key = _plan_key(a.shape, a, b, gate)
         plan = self._plans.get(key, False)
-        return self._resolve(key, a, b) if plan is False else plan
+        return self._resolve(key, a, b, gate) if plan is False else plan
 
     # ---- choosing ----------------------------------------------------------------------------
-    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor) -> Plan | None:
+    def _resolve(self, key: tuple, a: torch.Tensor, b: torch.Tensor, gate: str = "none") -> Plan | None:
         """Build (once, under the lock) the plan for a key; None means torch.matmul. A plan first
         built during CUDA-graph capture or tracing serves only captures: its workspace is zeroed
         when the graph replays, and its route was not timed, so eager calls build their own."""
@@ -166,13 +176,14 @@ class Dispatcher:
             if key in plans:
                 return plans[key]
             plan = None
+            n = b.shape[0] if gate == "none" else b.shape[0] // 2  # gated: C has N of 2N rows
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
-                    and a.dtype == b.dtype and a.get_device() == b.get_device():
-                route = self.route(a.shape[0], b.shape[0], a.shape[1], a.dtype, a.get_device())
-                kernel = route.entry or self._measurable(route, a, b)
+                    and a.dtype == b.dtype and a.get_device() == b.get_device() and (gate == "none" or b.shape[0] % 2 == 0):
+                route = self.route(a.shape[0], n, a.shape[1], a.dtype, a.get_device(), gate)
+                kernel = route.entry or self._measurable(route, a, b, gate)
                 if kernel is not None:
                     dev = self._devices[a.get_device()]
-                    plan = self._build(kernel, a.shape[0], b.shape[0], a.shape[1], a.get_device())
+                    plan = self._build(kernel, a.shape[0], n, a.shape[1], a.get_device())
                     if plan is not None:  # verified first: its launches load the kernel's module
                         plan = self._verified(plan, dev)  # outside the guard's timing
                     if plan is not None and _servable(a, b):
@@ -180,32 +191,35 @@ class Dispatcher:
             plans[key] = plan
             return plan
 
-    def _measurable(self, route: Route, a: torch.Tensor, b: torch.Tensor) -> DispatchEntry | None:
+    def _measurable(self, route: Route, a: torch.Tensor, b: torch.Tensor,
+                    gate: str = "none") -> DispatchEntry | None:
         """The donor of an unproven route when the guard is to time it now (guard on, eager,
         operands a kernel can read), else None: the route stays cuBLAS."""
         if route.path != "unproven" or not _servable(a, b):
             return None
-        problem = GemmProblem(a.shape[0], b.shape[0], a.shape[1], dtype_name(a.dtype))
+        n = b.shape[0] if gate == "none" else b.shape[0] // 2
+        problem = GemmProblem(a.shape[0], n, a.shape[1], dtype_name(a.dtype), gate=gate)
         return route.donor if self._guard.can_time(route, problem) else None
 
     def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
-              device: int | None = None) -> Route:
-        """Which path serves (M, N, K, dtype) on CUDA device ``device`` (default: the current one)."""
+              device: int | None = None, gate: str = "none") -> Route:
+        """Which path serves (M, N, K, dtype, gate) on CUDA device ``device`` (default: the
+        current one); N is C's width (a gated problem's weight has 2N rows)."""
         name = dtype_name(dtype)
         with self._lock:
             dev = self._device(device)
-            key = (M, N, K, name, dev.index if dev else None)
+            key = (M, N, K, name, dev.index if dev else None, gate)
             if key not in self._routes:
-                self._routes[key] = self._route(M, N, K, name, dev)
+                self._routes[key] = self._route(M, N, K, name, dev, gate)
             route = self._routes[key]
             kernel = route.candidate
             if kernel is not None:
                 reason = (self._failed.get(self._name(kernel))
-                          or self._wrong.get((f"{M}x{N}x{K}:{name}", dev.index)))
+                          or self._wrong.get((_where(M, N, K, name, gate), dev.index)))
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
                                                  f"{_shape(kernel)} is unavailable: {reason}")
-                route = self._guard.stored(route, GemmProblem(M, N, K, name), dev.spec)
+                route = self._guard.stored(route, GemmProblem(M, N, K, name, gate=gate), dev.spec)
             return route
 
     def _verified(self, plan: Plan, dev: DeviceState) -> Plan | None:
@@ -213,7 +227,8 @@ class Dispatcher:
         None when it failed (its shape then goes to cuBLAS, with one warning)."""
         if not self._verify:
             return plan
-        where = (f"{plan.problem.M}x{plan.problem.N}x{plan.problem.K}:{plan.problem.dtype}", dev.index)
+        p = plan.problem
+        where = (_where(p.M, p.N, p.K, p.dtype, p.gate), dev.index)
         if guard_module.capturing():
             self._unverified[where] = ("first seen during CUDA-graph capture or torch.compile "
                                        "tracing: not verified")
@@ -237,43 +252,49 @@ class Dispatcher:
         """The first-call guard on these operands: the plan, or None when cuBLAS was faster.
         Both sides write into outputs allocated before the timing (the kernel's argument buffer
         built too, Plan.prepared), so only launches are enqueued between the timing's events."""
-        c_ref = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
+        gate = plan.problem.gate
+        c_ref = torch.empty(a.shape[0], b.shape[0] // (1 if gate == "none" else 2), dtype=a.dtype,
+                            device=a.device)
         bt = b.t()
-        decided = self._guard.first_call(route, plan.problem, dev.spec, plan.prepared(a, b),
-                                         lambda: torch.matmul(a, bt, out=c_ref))
+        stock = (lambda: torch.matmul(a, bt, out=c_ref)) if gate == "none" \
+            else (lambda: method.stock(a, b, gate, c_ref))
+        decided = self._guard.first_call(route, plan.problem, dev.spec, plan.prepared(a, b), stock)
         return plan if decided.entry is not None else None
 
-    def _route(self, M: int, N: int, K: int, dtype: str, dev: DeviceState | None) -> Route:
+    def _route(self, M: int, N: int, K: int, dtype: str, dev: DeviceState | None,
+               gate: str = "none") -> Route:
         if dev is None:
             return Route("cublas", None, "no CUDA device")
         if dev.refusal:
             return Route("cublas", None, dev.refusal)
         try:
-            problem = GemmProblem(M, N, K, dtype)
+            problem = GemmProblem(M, N, K, dtype, gate=gate)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
         return self._sourced(decide(self.table, problem, dev.spec, self._built_from(dev.spec.arch)))
 
     def explain(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
-                device: int | None = None) -> str:
+                device: int | None = None, gate: str = "none") -> str:
         """One line: the path serving the shape (exact / bucket / nearest / calibrated / unproven /
         guarded / cublas), the rule, its entry and the measured ratio behind it."""
         with self._lock:
             live = self._device(device)
+        name, gated = dtype_name(dtype), "" if gate == "none" else f" gate {gate}"
         if live is None:  # no CUDA here: what the table's rules answer on its own device
-            route, note = self.preview(M, N, K, dtype), f" [preview for {self._table_device()}]"
+            route, note = self.preview(M, N, K, dtype, gate), f" [preview for {self._table_device()}]"
         else:
-            route, note = self.route(M, N, K, dtype, device), ""
-            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{dtype_name(dtype)}:TN")
+            route, note = self.route(M, N, K, dtype, device, gate), ""
+            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{name}:TN" + (f":{gate}" if gated else ""))
             note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
-            unverified = self._unverified.get((f"{M}x{N}x{K}:{dtype_name(dtype)}", live.index))
+            unverified = self._unverified.get((_where(M, N, K, name, gate), live.index))
             note += f" [{unverified}]" if unverified and route.entry is not None else ""
-        return f"{M}x{N}x{K} {dtype_name(dtype)}: {route.path}: {route.reason}{note}"
+        return f"{M}x{N}x{K} {name}{gated}: {route.path}: {route.reason}{note}"
 
-    def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16") -> Route:
+    def preview(self, M: int, N: int, K: int, dtype: str | torch.dtype = "bf16",
+                gate: str = "none") -> Route:
         """The route by the table's rules on the device it was tuned on (needs no CUDA)."""
         try:
-            problem = GemmProblem(M, N, K, dtype_name(dtype))
+            problem = GemmProblem(M, N, K, dtype_name(dtype), gate=gate)
         except UserError as exc:
             return Route("cublas", None, f"not a tunable problem: {exc}")
         return self._sourced(decide(self.table, problem,
@@ -317,7 +338,7 @@ class Dispatcher:
     # ---- kernels -----------------------------------------------------------------------------
     @staticmethod
     def _name(entry: DispatchEntry) -> str:
-        return FAMILIES[entry.family].name_expression(entry.config, entry.dtype)
+        return FAMILIES[entry.family].name_expression(entry.config, entry.dtype, entry.gate)
 
     def _source(self, entry: DispatchEntry) -> str:
         """Where the entry's kernel comes from, in words."""
@@ -336,7 +357,8 @@ class Dispatcher:
                     shipped["lowered_name"], shipped.get("programmatic") is True)
         from tunefw.cuda.compiler import compile_kernel
         family = FAMILIES[entry.family]
-        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=self.cache_dir)
+        result = compile_kernel(family, entry.config, entry.dtype, arch, cache_dir=self.cache_dir,
+                                gate=entry.gate)
         if not result.ok:
             raise UserError(f"{result.status.value}: {(result.log.strip().splitlines() or [''])[0]}")
         return result.key, result.cubin, result.lowered_name, family.programmatic_launch
@@ -346,7 +368,7 @@ class Dispatcher:
         from tunefw.cuda.driver import CudaFailure
 
         dev = self._devices[index]
-        problem = GemmProblem(M, N, K, entry.dtype)
+        problem = GemmProblem(M, N, K, entry.dtype, gate=entry.gate)
         template = FAMILIES[entry.family]
         launch = template.launch(entry.config, problem, dev.spec)
         try:
@@ -359,6 +381,13 @@ class Dispatcher:
             return None
         return Plan(template, entry, problem, launch, function, dev.context,
                     torch.device("cuda", index), programmatic=self._programmatic and waits)
+
+
+def stock_gated(a: torch.Tensor, b: torch.Tensor, gate: str) -> torch.Tensor:
+    """The gated GEMM in the stock form (method.stock), into a new C."""
+    c = torch.empty(a.shape[0], b.shape[0] // 2, dtype=a.dtype, device=a.device)
+    method.stock(a, b, gate, c)
+    return c
 
 
 def _servable(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -43,10 +43,11 @@ def verify_first_use(problem: GemmProblem, launch: Launcher, small_grid: Launche
                      device: torch.device) -> method.Verdict:
     """Strictly verify a kernel on random operands of ``problem`` on ``device`` (``small_grid``:
     the same kernel launched on a small grid, for a kernel whose grid follows the GPU)."""
-    a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, SEED,
+    a, b = method.make_inputs(problem.M, problem.weight_rows, problem.K, problem.dtype, SEED,
                               device=str(device))
-    cublas_out = torch.mm(a, b.t())
-    operands = Operands(a, b, a.clone(), b.clone(), method.reference(a, b), cublas_out)
+    cublas_out = torch.empty(problem.M, problem.N, dtype=a.dtype, device=device)
+    method.stock(a, b, problem.gate, cublas_out)
+    operands = Operands(a, b, a.clone(), b.clone(), method.reference(a, b, problem.gate), cublas_out)
     out = GuardedOutput(cublas_out)
     del a, b  # the operands hold banded copies
     small = (lambda: small_grid(operands.a, operands.b, out.c)) if small_grid else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from tunefw.runtime import guard as guard_module
-from tunefw.runtime.ops import Linear, _is_compiling
+from tunefw.runtime.ops import Linear, _is_compiling, gated
 
 
 def _version(x: torch.Tensor) -> int | None:
@@ -98,16 +98,24 @@ class Group:
             return False
         return True
 
+    def current(self, x: torch.Tensor) -> Linear | None:
+        """The group's GEMM over a buffer the members' weights still are views of (stacked
+        again if they were moved, cast or re-assigned since), or None during a capture then."""
+        if self._addresses() != self.pointers:
+            if x.is_cuda and guard_module.capturing():
+                return None
+            self.stack()
+        return self.linear
+
     def serve(self, index: int, x: torch.Tensor) -> torch.Tensor | None:
         """Member ``index``'s output from the group's GEMM, or None: the member runs alone."""
         if not self._fusable(x):
             return None
         if index == 0:
-            if self._addresses() != self.pointers:  # moved, cast or re-assigned since stacked
-                if x.is_cuda and guard_module.capturing():
-                    return None
-                self.stack()
-            y = Linear.forward(self.linear, x)  # no Module.__call__: no hooks on a hidden module
+            linear = self.current(x)
+            if linear is None:
+                return None
+            y = Linear.forward(linear, x)  # no Module.__call__: no hooks on a hidden module
             self.last = (x, _version(x), y, len(self.members) - 1)
             return y.narrow(-1, 0, self.widths[0])
         last = self.last
@@ -115,3 +123,14 @@ class Group:
             return None
         self.last = None if last[3] <= 1 else (*last[:3], last[3] - 1)  # the last taker frees it
         return last[2].narrow(-1, self.offsets[index], self.widths[index])
+
+
+def gated_forward(mlp: torch.nn.Module, gate: str, up: str, down: str, x: torch.Tensor) -> torch.Tensor:
+    """A SwiGLU MLP's forward as down(gated(x, [Wg; Wu])) (tunefw.patch(model, gated=True); the
+    leaf names of its gate, up and down layers): gate and up are a Group whose buffer is the
+    gated GEMM's weight; the MLP's own forward where the group cannot serve (Group._fusable)."""
+    group = getattr(mlp, gate)._group
+    linear = group.current(x) if group is not None and group._fusable(x) else None
+    if linear is None:
+        return type(mlp).forward(mlp, x)
+    return getattr(mlp, down)(gated(x, linear._parameters["weight"], "silu"))

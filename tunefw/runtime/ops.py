@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from tunefw.errors import UserError
+from tunefw.problem import GATES
 from tunefw.runtime import fastpath
 from tunefw.runtime.dispatch import DispatchTable
 from tunefw.runtime.dispatcher import Dispatcher
@@ -106,6 +108,22 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if _eager(a, b) and not _records_grad(a, b):
         return _gemm_impl(a, b)
     return _GEMM(a, b)
+
+
+def gated(x: torch.Tensor, w: torch.Tensor, gate: str = "silu") -> torch.Tensor:
+    """silu(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] (2N x K) and x of any rank (..., K): a
+    SwiGLU MLP's gate and up projections as one gated GEMM. Eager CUDA calls that record no grad
+    go to the dispatcher (a tuned gated kernel, else the stock form); everything else (autograd,
+    torch.compile, CPU) runs the stock form in torch ops: one GEMM over w, SiLU, the product."""
+    if gate not in GATES or gate == "none":
+        raise UserError(f"tunefw.gated: gate={gate!r}: expected one of {', '.join(GATES[1:])}")
+    if x.is_cuda and _eager(x, w) and not _records_grad(x, w):
+        dispatcher = _state["dispatcher"] if _state["env_read"] else get_dispatcher()
+        if dispatcher is not None and w.dim() == 2:
+            y = dispatcher.gated(x.reshape(-1, x.shape[-1]), w, gate)
+            return y.view(*x.shape[:-1], y.shape[-1])
+    g, u = _linear(x, w).chunk(2, dim=-1)
+    return torch.nn.functional.silu(g) * u
 
 
 class Linear(torch.nn.Linear):

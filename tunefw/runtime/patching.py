@@ -12,19 +12,23 @@ instance, and that ``include`` / ``exclude`` (glob patterns on module names) all
 ``unpatch`` turns every ``tunefw.Linear`` back into a plain ``nn.Linear``, same parameters.
 ``fuse=True`` also groups sibling layers that take the same input (q/k/v by default:
 tunefw/study/siblings.py) so that each group runs as one GEMM (tunefw/runtime/fusion.py).
+``gated=True`` serves each SwiGLU MLP (tunefw/study/siblings.py's gated_mlps, whose own forward
+a probe finds computing down(silu(gate(x)) * up(x))) as down(tunefw.gated(x, [Wg; Wu])): gate
+and up become views of one buffer, the MLP's forward is set on the instance (unpatch removes it).
 """
 from __future__ import annotations
 
 import fnmatch
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import torch
 
 from tunefw.problem import DTYPES
-from tunefw.runtime.fusion import FusedLinear, Group
+from tunefw.runtime.fusion import FusedLinear, Group, gated_forward
 from tunefw.runtime.ops import Linear, set_dispatch
-from tunefw.study.siblings import sibling_groups
+from tunefw.study.siblings import GatedMLP, gated_mlps, sibling_groups
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -37,11 +41,15 @@ class PatchReport:
     already: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> reason
     fused: list[str] = field(default_factory=list)  # 'parent.q_proj+k_proj+v_proj': one GEMM each
+    gated: list[str] = field(default_factory=list)  # MLPs whose gate and up run as one gated GEMM
+    ungated: dict[str, str] = field(default_factory=dict)  # MLP name -> why it was not gated
 
     def __str__(self) -> str:
         lines = [f"tunefw.patch: {len(self.swapped)} layer(s) swapped, {len(self.already)} already "
-                 f"tunefw.Linear, {len(self.skipped)} skipped, {len(self.fused)} sibling group(s) fused"]
+                 f"tunefw.Linear, {len(self.skipped)} skipped, {len(self.fused)} sibling group(s) fused"
+                 + (f", {len(self.gated)} MLP(s) gated" if self.gated or self.ungated else "")]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
+        lines += [f"  not gated {name}: {why}" for name, why in self.ungated.items()]
         return "\n".join(lines)
 
 
@@ -72,7 +80,7 @@ def why_not(module: torch.nn.Module) -> str | None:
 
 def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[str] | None = None,
           exclude: str | Iterable[str] | None = None,
-          fuse: bool | Iterable[Iterable[str]] = False) -> PatchReport:
+          fuse: bool | Iterable[Iterable[str]] = False, gated: bool = False) -> PatchReport:
     """Swap every eligible nn.Linear of ``model`` for tunefw.Linear in place; see the module doc.
 
     ``dispatcher``: a Dispatcher, a DispatchTable or a dispatch.json path made the process-wide
@@ -80,11 +88,13 @@ def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[st
     ``include`` / ``exclude``: glob patterns on module names (``"*.mlp.*"``, ``"lm_head"``).
     ``fuse``: True (the sibling sets of tunefw/study/siblings.py) or sets of leaf names, e.g.
     ``[("q_proj", "k_proj", "v_proj")]``: each group of swapped siblings runs as one GEMM.
+    ``gated``: each SwiGLU MLP whose gate and up were swapped runs them as one gated GEMM.
     """
     if dispatcher is not None:
         set_dispatch(dispatcher)
     include_p, exclude_p = _patterns(include), _patterns(exclude)
     report = PatchReport()
+    mlps = _probed(model, report) if gated else []  # before the swap: the probe runs stock layers
     seen: set[int] = set()
     for name, module in model.named_modules():  # a module registered twice is visited once
         if not isinstance(module, torch.nn.Linear) or id(module) in seen:
@@ -105,9 +115,52 @@ def patch(model: torch.nn.Module, dispatcher=None, *, include: str | Iterable[st
             continue
         module.__class__ = Linear  # same object: parameters, hooks, state_dict keys unchanged
         report.swapped.append(name)
+    for mlp in mlps:  # gated before the siblings: gate and up are then taken
+        _gate(model, mlp, report)
     if fuse:
         report.fused = _fuse(model, fuse)
     return report
+
+
+def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
+    """The gated MLP candidates whose own forward computes down(silu(gate(x)) * up(x)) on a
+    probe of two random rows (relative error <= 1e-2); the others' reasons in the report."""
+    agreeing = []
+    for mlp in gated_mlps(model):
+        module = model.get_submodule(mlp.name)
+        gate, up, down = (getattr(module, leaf) for leaf in mlp.leaves)
+        w = gate.weight
+        if w.is_meta:
+            report.ungated[mlp.name] = "weights on the meta device: its forward cannot be probed"
+            continue
+        gen = torch.Generator(device=w.device).manual_seed(0)
+        x = torch.randn(2, mlp.K, generator=gen, device=w.device).to(w.dtype)
+        with torch.no_grad():
+            own = type(module).forward(module, x).float()
+            g, u = (torch.nn.functional.linear(x, p.weight) for p in (gate, up))
+            mine = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down.weight,
+                                              down.bias).float()
+        err = float((own - mine).norm() / mine.norm().clamp_min(1e-30))
+        if err <= 1e-2:
+            agreeing.append(mlp)
+        else:
+            report.ungated[mlp.name] = (f"its forward is not down(silu(gate(x)) * up(x)) "
+                                        f"(a probe differs by {err:.2g})")
+    return agreeing
+
+
+def _gate(model: torch.nn.Module, mlp: GatedMLP, report: PatchReport) -> None:
+    """Serve one probed MLP by the gated GEMM, where its three layers were all swapped."""
+    module = model.get_submodule(mlp.name)
+    layers = [getattr(module, leaf) for leaf in mlp.leaves]
+    if not all(type(m) is Linear and not m._forward_hooks and not m._forward_pre_hooks
+               for m in layers) or "forward" in vars(module):
+        report.ungated[mlp.name] = ("its gate, up and down are not all plain swapped layers (or "
+                                    "its forward is replaced on the instance)")
+        return
+    Group(layers[:2])
+    module.forward = functools.partial(gated_forward, module, *mlp.leaves)
+    report.gated.append(mlp.name)
 
 
 def _fuse(model: torch.nn.Module, fuse: bool | Iterable[Iterable[str]]) -> list[str]:
@@ -128,6 +181,9 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     """Turn every tunefw.Linear of ``model`` back into a plain nn.Linear; returns their names."""
     restored = []
     for name, module in model.named_modules():
+        own = vars(module).get("forward")
+        if isinstance(own, functools.partial) and own.func is gated_forward:
+            del module.forward  # the class's own forward again
         if type(module) is FusedLinear and "_group" in vars(module):
             module._group.unstack()  # every member of the group gets its own weight again
         if type(module) in (Linear, FusedLinear):

@@ -114,8 +114,8 @@ class Plan:
         # cuLaunchKernelEx launches: CUlaunchConfig per (stream, programmatic)
         self._configs: dict[tuple[int, bool], Any] = {}
         # the compiled launcher (tunefw/runtime/fastpath.py) of a kernel launched without
-        # programmatic stream serialization
-        self.fast = None if self.programmatic else fastpath.kernel(
+        # programmatic stream serialization, of a plain GEMM (it reads a weight of N rows)
+        self.fast = None if self.programmatic or problem.gate != "none" else fastpath.kernel(
             function, launch, (problem.M, problem.N, problem.K), device.index, self._out_dtype,
             self._build_args)
 

@@ -1,4 +1,15 @@
-"""Shipped cubin directories: ``ship_cubins`` writes one, ``read_manifest`` reads it (runtime docs)."""
+"""Shipped cubin directories: ``ship_cubins`` writes one, ``read_manifest`` reads it::
+
+    cubin_dir/manifest.json  {"format": 1, "arch": "sm_90a",
+                              "kernels": {"<name expression>": {"file": "<cache key>.cubin",
+                                                                "lowered_name": "<mangled>"}}}
+    cubin_dir/<cache key>.cubin
+
+The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``, a gated one ending in ``, 1>``)
+names the instantiation; the Dispatcher uses a cubin only when the manifest's arch equals this
+GPU's; a kernel missing from the manifest is compiled (a compile that fails sends its shapes to
+cuBLAS).
+"""
 from __future__ import annotations
 
 import json

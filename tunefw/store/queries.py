@@ -267,7 +267,7 @@ def problem_summary(s: Session, study: Study, problem: Problem) -> dict:
                     "trial_id": t.id, "cublas_tflops": t.cublas_tflops, "ratio": t.ratio,
                     "confirmed": False, **_screen(t)}
     return {"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
-            "label": problem.label, "evaluated": evaluated,
+            "gate": problem.gate, "label": problem.label, "evaluated": evaluated,
             "ok": counts.get(Status.OK.value, 0), "outcomes": dict(sorted(counts.items())),
             "best": best}
 

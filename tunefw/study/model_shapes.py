@@ -6,7 +6,9 @@ that returns an ``nn.Module``, or as an ``nn.Module``. Models named by a source 
 meta device (no weights are allocated or read). Every ``nn.Linear`` counts as it is (unfused,
 lm_head included): one GEMM of N=out_features, K=in_features per call; with ``fuse``, a sibling
 group (tunefw/study/siblings.py: the layers ``tunefw.patch(model, fuse=...)`` serves as one GEMM)
-counts as that one GEMM instead. Layers tunefw cannot tune (N or K not a multiple of 8) are
+counts as that one GEMM instead; with ``gated``, a SwiGLU MLP's gate and up projections
+(siblings.gated_mlps: what ``tunefw.patch(model, gated=True)`` serves by one gated GEMM) count as
+one gated problem of N = the intermediate size. Layers tunefw cannot tune (N or K not a multiple of 8) are
 reported, never silently dropped.
 
 M is the number of tokens a call multiplies (batch x sequence). The grids (README):
@@ -27,7 +29,7 @@ import torch
 
 from tunefw.errors import UserError
 from tunefw.problem import DTYPES
-from tunefw.study.siblings import sibling_groups
+from tunefw.study.siblings import gated_mlps, sibling_groups
 
 M_GRIDS: dict[str, tuple[int, ...]] = {
     "decode": (1, 2, 4, 8, 16, 32, 64, 128, 256),
@@ -47,6 +49,7 @@ class LinearShape:
     K: int
     dtype: str  # the layers' dtype: 'bf16' | 'fp16' | torch's name ('float32', ...)
     names: list[str] = field(default_factory=list)
+    gate: str = "none"  # 'silu': a gated MLP's gate and up as one GEMM (tunefw/problem.py)
 
     @property
     def count(self) -> int:
@@ -84,20 +87,28 @@ def dtype_label(dtype: torch.dtype) -> str:
     return _TORCH_TO_TUNEFW.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def collect_linears(model: torch.nn.Module, fuse: bool | list = False) -> list[LinearShape]:
-    """The distinct (N, K, dtype) of every ``nn.Linear`` in ``model``, in first-use order; with
-    ``fuse``, each sibling group as one layer 'parent.q_proj+k_proj+v_proj' of the summed N."""
-    fused = {g.names[0]: g for g in sibling_groups(model, fuse)} if fuse else {}
-    members = {name for g in fused.values() for name in g.names[1:]}
-    shapes: dict[tuple[int, int, str], LinearShape] = {}
+def collect_linears(model: torch.nn.Module, fuse: bool | list = False,
+                    gated: bool = False) -> list[LinearShape]:
+    """The distinct (N, K, dtype, gate) of every ``nn.Linear`` in ``model``, in first-use order;
+    with ``gated``, each SwiGLU MLP's gate and up as one gated layer 'mlp.gate_proj+up_proj' of
+    N = its intermediate size; with ``fuse``, each other sibling group as one layer
+    'parent.q_proj+k_proj+v_proj' of the summed N."""
+    mlps = {m.names[0]: m for m in gated_mlps(model)} if gated else {}
+    taken = {name for m in mlps.values() for name in m.names[:2]}
+    groups = [g for g in sibling_groups(model, fuse) if not taken & set(g.names)] if fuse else []
+    fused = {g.names[0]: g for g in groups}
+    members = {name for g in groups for name in g.names[1:]} | (taken - set(mlps))
+    shapes: dict[tuple[int, int, str, str], LinearShape] = {}
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and name not in members:
-            n = module.out_features
-            group = fused.get(name)
+            n, gate = module.out_features, "none"
+            group, mlp = fused.get(name), mlps.get(name)
             if group is not None:
                 n, name = group.N, group.name
-            key = (n, module.in_features, dtype_label(module.weight.dtype))
-            shapes.setdefault(key, LinearShape(*key)).names.append(name)
+            if mlp is not None:
+                n, gate, name = mlp.N, "silu", f"{mlp.name}.{mlp.leaves[0]}+{mlp.leaves[1]}"
+            key = (n, module.in_features, dtype_label(module.weight.dtype), gate)
+            shapes.setdefault(key, LinearShape(*key[:3], gate=gate)).names.append(name)
     return list(shapes.values())
 
 
@@ -235,8 +246,10 @@ class ModelShapes:
         return [s for s in self.shapes if s.invalid is not None]
 
     def problems(self) -> list[dict]:
-        """Study problems ``{M, N, K, dtype, label}``: every valid shape at every M of the grid."""
-        return [{"M": m, "N": s.N, "K": s.K, "dtype": self.tuned_dtype(s), "label": s.label}
+        """Study problems ``{M, N, K, dtype, label[, gate]}``: every valid shape at every M of
+        the grid."""
+        return [{"M": m, "N": s.N, "K": s.K, "dtype": self.tuned_dtype(s), "label": s.label,
+                 **({"gate": s.gate} if s.gate != "none" else {})}
                 for s in self.valid for m in self.m_grid]
 
     def notes(self) -> list[str]:
@@ -248,19 +261,20 @@ class ModelShapes:
                 lines.append(f"skipped {s.N}x{s.K} {s.dtype}: {s.invalid} ({where})")
             else:
                 cast = "" if s.dtype in DTYPES else f" (layers are {s.dtype})"
-                lines.append(f"N={s.N} K={s.K} tuned as {self.tuned_dtype(s)}{cast}: {where}")
+                gated = "" if s.gate == "none" else f" gate {s.gate} (weight of 2N rows)"
+                lines.append(f"N={s.N} K={s.K}{gated} tuned as {self.tuned_dtype(s)}{cast}: {where}")
         return lines
 
 
 def model_shapes(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                 dtype: str = "bf16", fuse: bool = False) -> ModelShapes:
+                 dtype: str = "bf16", fuse: bool = False, gated: bool = False) -> ModelShapes:
     """The linear shapes of a model (see the module docstring) over an M grid."""
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     grid = parse_m_grid(m_grid)
     model = load_model(source, dtype)
     label = source if not isinstance(source, torch.nn.Module) else type(source).__name__
-    shapes = collect_linears(model, fuse)
+    shapes = collect_linears(model, fuse, gated)
     if not shapes:
         raise UserError(f"{label}: the model has no nn.Linear layer")
     found = ModelShapes(str(label), shapes, grid, dtype)
@@ -270,9 +284,10 @@ def model_shapes(source: str | Path | torch.nn.Module, m_grid: str | list[int] =
 
 
 def study_problems(source: str | Path | torch.nn.Module, m_grid: str | list[int] = DEFAULT_M_GRID,
-                   dtype: str = "bf16", fuse: bool = False) -> tuple[list[dict], list[str]]:
+                   dtype: str = "bf16", fuse: bool = False,
+                   gated: bool = False) -> tuple[list[dict], list[str]]:
     """(problems for a study, one note per distinct shape) from a model; see model_shapes()."""
-    found = model_shapes(source, m_grid, dtype, fuse)
+    found = model_shapes(source, m_grid, dtype, fuse, gated)
     return found.problems(), found.notes()
 
 

@@ -33,6 +33,47 @@ SIBLING_SETS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("q
 MLP_SIBLING_SETS: tuple[tuple[str, ...], ...] = (("gate_proj", "up_proj"), ("w1", "w3"))
 
 
+#: A SwiGLU MLP's (gate, up, down) leaf names: down(silu(gate(x)) * up(x)) runs as
+#: down(gated(x, [Wg; Wu])) with ``tunefw.patch(model, gated=True)``: one GEMM whose epilogue
+#: forms the product (no strided views, no elementwise launches; tunefw/problem.py's gate).
+GATED_MLP_SETS: tuple[tuple[str, str, str], ...] = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+
+
+@dataclass(frozen=True)
+class GatedMLP:
+    """A module with gate, up and down projections of a SwiGLU MLP (by their names)."""
+
+    name: str  # the MLP module's name ('' for the root)
+    leaves: tuple[str, str, str]  # gate, up, down
+    N: int  # the intermediate size: gate's and up's out_features, the gated GEMM's N
+    K: int  # the hidden size
+
+    @property
+    def names(self) -> list[str]:
+        """The gate, up and down layers' full module names."""
+        return [f"{self.name}.{leaf}" if self.name else leaf for leaf in self.leaves]
+
+
+def gated_mlps(model: torch.nn.Module) -> list[GatedMLP]:
+    """Modules whose children of one GATED_MLP_SETS entry are nn.Linear, gate and up alike (shape,
+    dtype, device) without bias (the gated kernels add none). Names only propose: tunefw.patch
+    also checks that the module's own forward computes down(silu(gate(x)) * up(x))."""
+    found = []
+    for name, module in model.named_modules():
+        children = dict(module.named_children())
+        for leaves in GATED_MLP_SETS:
+            layers = [children.get(leaf) for leaf in leaves]
+            if not all(isinstance(m, torch.nn.Linear) for m in layers):
+                continue
+            gate, up, down = layers
+            if gate.weight.shape == up.weight.shape and gate.bias is None and up.bias is None \
+                    and gate.weight.dtype == up.weight.dtype and gate.weight.device == up.weight.device \
+                    and down.in_features == gate.out_features:
+                found.append(GatedMLP(name, leaves, gate.out_features, gate.in_features))
+                break
+    return found
+
+
 @dataclass(frozen=True)
 class SiblingGroup:
     """Sibling layers of one parent, in call order: the first computes the group's GEMM."""

@@ -55,6 +55,14 @@ def test_gated_refuses_a_gate_it_has_not_in_one_line(gate):
     assert str(exc.value) == f"tunefw.gated: gate={gate!r}: expected one of silu"
 
 
+@pytest.mark.parametrize("shape", [(15, 8), (16, 4), (16,)])
+def test_gated_refuses_a_weight_that_is_not_two_stacked_halves_of_x_width(shape):
+    with pytest.raises(UserError) as exc:
+        tunefw.gated(torch.ones(2, 8), torch.ones(*shape))
+    assert str(exc.value) == (f"tunefw.gated: w of shape {shape}: expected [Wg; Wu] of 2N x 8 "
+                              "(x's last dimension)")
+
+
 def _table() -> DispatchTable:
     """A gated and a plain entry of one shape (the stream family serves both)."""
     fp = {"name": "NVIDIA H200", "cc": 90}

@@ -117,9 +117,12 @@ def gated(x: torch.Tensor, w: torch.Tensor, gate: str = "silu") -> torch.Tensor:
     torch.compile, CPU) runs the stock form in torch ops: one GEMM over w, SiLU, the product."""
     if gate not in GATES or gate == "none":
         raise UserError(f"tunefw.gated: gate={gate!r}: expected one of {', '.join(GATES[1:])}")
+    if w.dim() != 2 or w.shape[0] % 2 or w.shape[1] != x.shape[-1]:
+        raise UserError(f"tunefw.gated: w of shape {tuple(w.shape)}: expected [Wg; Wu] of 2N x "
+                        f"{x.shape[-1]} (x's last dimension)")
     if x.is_cuda and _eager(x, w) and not _records_grad(x, w):
         dispatcher = _state["dispatcher"] if _state["env_read"] else get_dispatcher()
-        if dispatcher is not None and w.dim() == 2:
+        if dispatcher is not None:
             y = dispatcher.gated(x.reshape(-1, x.shape[-1]), w, gate)
             return y.view(*x.shape[:-1], y.shape[-1])
     g, u = _linear(x, w).chunk(2, dim=-1)

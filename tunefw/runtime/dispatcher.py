@@ -176,9 +176,9 @@ class Dispatcher:
             if key in plans:
                 return plans[key]
             plan = None
-            n = b.shape[0] if gate == "none" else b.shape[0] // 2  # gated: C has N of 2N rows
+            n, odd = (b.shape[0], False) if gate == "none" else divmod(b.shape[0], 2)  # gated: 2N rows
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
-                    and a.dtype == b.dtype and a.get_device() == b.get_device() and (gate == "none" or b.shape[0] % 2 == 0):
+                    and a.dtype == b.dtype and a.get_device() == b.get_device() and not odd:
                 route = self.route(a.shape[0], n, a.shape[1], a.dtype, a.get_device(), gate)
                 kernel = route.entry or self._measurable(route, a, b, gate)
                 if kernel is not None:

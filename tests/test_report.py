@@ -280,12 +280,14 @@ def test_bench_page_from_a_result_file():
            "tflops": 700.0, "cublas_tflops": 650.0, "triton_tflops": 600.0, "ratio": 700 / 650,
            "triton_ratio": 700 / 600, "overhead_us": 4.2, "wrong": False}
     result = {"date": "2026-01-01", "device": {"name": "NVIDIA H200"}, "simulated_table": False,
-              "rows": [row, dict(row, M=128, path="cublas", family="cublas", ratio=1.0)],
+              "rows": [row, dict(row, M=128, path="cublas", family="cublas", ratio=1.0),
+                       dict(row, M=16, N=14336, gate="silu", triton_tflops=None, triton_ratio=None)],
               "geomean": {"ratio": 1.04, "triton_ratio": 1.1}}
     parsed = _Page()
     parsed.feed(bench_html(result))
     (img,) = parsed.imgs
     assert _png(img).width > 300 and img["alt"] == "tunefw runtime vs cuBLAS vs Triton"
     bench = parsed.tables["bench"][0]["rows"]
-    assert [r[:2] for r in bench[1:]] == [["4096x4096x4096 bf16", "exact"], ["128x4096x4096 bf16", "cublas"]]
+    assert [r[:2] for r in bench[1:]] == [["4096x4096x4096 bf16", "exact"], ["128x4096x4096 bf16", "cublas"],
+                                          ["16x14336x4096 bf16 silu", "exact"]]  # gated: named so
     assert "SIMULATED" not in "".join(parsed.text)

@@ -98,3 +98,10 @@ def parse_shape(text: str, dtype: str = "bf16") -> GemmProblem:
         raise UserError(f"shape {shown!r}: expected MxNxK, e.g. 4096x4096x4096")
     m, n, k = (int(g) for g in match.groups())
     return GemmProblem(m, n, k, dtype)
+
+
+def problem_text(p: dict) -> str:
+    """A problem's row (M, N, K, dtype[, gate]) as tables and pages show it: ``16x14336x4096
+    bf16``, ``... bf16 silu`` when gated."""
+    gate = p.get("gate", "none")
+    return f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}" + ("" if gate == "none" else f" {gate}")

@@ -16,12 +16,6 @@ def knobs(family: str, config: dict) -> str:
     return " ".join(f"{k}={config[k]}" for k in names)
 
 
-def problem_text(p: dict) -> str:
-    """A problem as the tables show it, ``16x14336x4096 bf16`` (``... bf16 silu`` when gated)."""
-    gate = p.get("gate", "none")
-    return f"{p['M']}x{p['N']}x{p['K']} {p['dtype']}" + ("" if gate == "none" else f" {gate}")
-
-
 def ratio(value: float | None) -> str:
     """A ratio to cuBLAS as the tables show it, ``1.234x``; ``-`` without one."""
     return "-" if value is None else f"{value:.3f}x"

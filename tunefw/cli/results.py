@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tunefw.cli.common import err, open_db, out, takes_db
+from tunefw.problem import problem_text
 from tunefw.errors import UserError
 
 
@@ -93,13 +94,13 @@ def bench_cmd(
         from tunefw.export.table import build_table
         table = build_table(open_db("read"), study)
     result = run_bench(table, names, cubin_dir=cubin_dir, cache_dir=cache_dir,
-                       progress=lambda r: err.print(f"  {r['M']}x{r['N']}x{r['K']} {r['dtype']}: "
+                       progress=lambda r: err.print(f"  {problem_text(r)}: "
                                                     f"{r['path']}, {r['tflops']:.1f} TFLOP/s"))
     table_out = Table("shape", "path", "tunefw", "cuBLAS", "Triton", "ratio", "vs Triton",
                       "overhead us", "wrong", title="TFLOP/s" + (" (table SIMULATED)" if table.simulated else ""))
     fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     for r in result["rows"]:
-        table_out.add_row(f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}", r["path"], fmt(r["tflops"]),
+        table_out.add_row(problem_text(r), r["path"], fmt(r["tflops"]),
                           fmt(r["cublas_tflops"]), fmt(r["triton_tflops"]), fmt(r["ratio"], ".3f"),
                           fmt(r["triton_ratio"], ".3f"), fmt(r["overhead_us"], ".2f"), str(r["wrong"]))
     out.print(table_out)

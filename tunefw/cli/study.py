@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from tunefw.cli.common import JSON_HELP, open_db, out, takes_db
-from tunefw.cli.render import knobs, launch_line, number, print_json, problem_text, ratio
+from tunefw.problem import problem_text
+from tunefw.cli.render import knobs, launch_line, number, print_json, ratio
 from tunefw.errors import UserError
 from tunefw.study.schema import SAMPLERS
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from tunefw.problem import problem_text
 from tunefw.cli.console import console
 
 out = console()
@@ -56,7 +57,7 @@ def verify_cmd(
         sanitize.sanitize(result, jobs, tools, cache, families=extra)
     for row in result["rows"]:
         if row["status"] != "OK":
-            out.print(f"{row['status']} {row['M']}x{row['N']}x{row['K']} {row['family']} "
+            out.print(f"{row['status']} {problem_text(row)} {row['family']} "
                       f"{row['config']}: {row['log']}", markup=False, soft_wrap=True)
     out.print(verify.summary(result), markup=False, soft_wrap=True)
     if tools:

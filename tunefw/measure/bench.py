@@ -6,7 +6,9 @@ screened with CUDA events, the L2 flushed between launches, each path interleave
 (F.linear, as nn.Linear calls it); kernels under 0.1 ms are timed as CUDA graphs of repeated
 launches, each path the same way. ``overhead_us`` is the host time
 of one ``Dispatcher.gemm`` call minus that of the raw launch it wraps (cuLaunchKernel with a
-prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated output).
+prepared argument buffer; for the cuBLAS path, torch.mm into a preallocated output). A gated
+entry is benched through ``Dispatcher.gated`` against the stock form (one cuBLAS GEMM over
+[Bg; Bu], then SiLU and the product: method.stock), with no Triton path.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
 from tunefw.measure.roofline import figures, roofline, stream_read_tbs
 from tunefw.runtime.dispatch import DispatchTable
-from tunefw.runtime.dispatcher import Dispatcher
+from tunefw.runtime.dispatcher import Dispatcher, stock_gated
 from tunefw.runtime.plan import current_stream
 
 AGAINST = ("cublas", "triton")
@@ -102,36 +104,51 @@ def verify_raw(plan, a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, dtype:
     return method.verify(c, ref, dtype, baseline=baseline)
 
 
-def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Host time of dispatcher.gemm(a, b) minus that of its raw launch, in microseconds."""
-    plan = dispatcher.plan_for(a, b)
+def _paths(dispatcher: Dispatcher, gate: str) -> tuple[Callable, Callable]:
+    """(tunefw's call, the stock call) of (a, b) for a problem of ``gate``."""
+    if gate == "none":
+        return dispatcher.gemm, torch.nn.functional.linear  # cuBLAS as nn.Linear calls it
+    return (lambda x, y: dispatcher.gated(x, y, gate)), (lambda x, y: stock_gated(x, y, gate))
+
+
+def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor, gate: str = "none") -> float:
+    """Host time of dispatcher.gemm(a, b) (gated: .gated) minus that of its raw launch, in
+    microseconds."""
+    plan = dispatcher.plan_for(a, b, gate)
     if plan is None:
-        scratch = torch.empty(a.shape[0], b.shape[0], dtype=a.dtype, device=a.device)
-        raw = lambda: torch.mm(a, b.t(), out=scratch)  # noqa: E731
+        scratch = torch.empty(a.shape[0], b.shape[0] // (1 if gate == "none" else 2),
+                              dtype=a.dtype, device=a.device)
+        raw = lambda: method.stock(a, b, gate, scratch)  # noqa: E731
     else:
         c = a.new_empty(plan.out_shape)
         params = plan.args(a.data_ptr(), b.data_ptr(), c.data_ptr())
         stream = current_stream(a.device.index)
         raw = lambda: plan.launch(params, stream)  # noqa: E731
-    return host_overhead_us(lambda: dispatcher.gemm(a, b), raw)
+    serve = _paths(dispatcher, gate)[0]
+    return host_overhead_us(lambda: serve(a, b), raw)
 
 
 def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: method.L2Flush,
                 triton: Callable | None) -> dict:
     """One row: correctness of each path, then TFLOP/s of each, and the runtime's overhead."""
-    a, b = method.make_inputs(problem.M, problem.N, problem.K, problem.dtype, seed, device="cuda")
-    ref = method.reference(a, b)
-    cublas_out = torch.mm(a, b.t())
-    out = dispatcher.gemm(a, b)  # builds the plan (compile or load) outside any timing
-    route = dispatcher.route_for(a, b)
+    gate = problem.gate
+    a, b = method.make_inputs(problem.M, problem.weight_rows, problem.K, problem.dtype, seed,
+                              device="cuda")
+    ref = method.reference(a, b, gate)
+    cublas_out = torch.empty(problem.M, problem.N, dtype=a.dtype, device=a.device)
+    method.stock(a, b, gate, cublas_out)
+    serve, linear = _paths(dispatcher, gate)  # the stock call makes a fresh output, like serve
+    out = serve(a, b)  # builds the plan (compile or load) outside any timing
+    route = (dispatcher.route_for(a, b) if gate == "none" else
+             dispatcher.route(problem.M, problem.N, problem.K, a.dtype, a.get_device(), gate))
     verdict = method.verify(out, ref, problem.dtype, baseline=cublas_out)
-    plan = dispatcher.plan_for(a, b)
+    plan = dispatcher.plan_for(a, b, gate)
     if plan is not None and verdict.ok:
         verdict = verify_raw(plan, a, b, ref, problem.dtype, cublas_out)
-    linear = torch.nn.functional.linear  # cuBLAS as nn.Linear calls it: a fresh output, like gemm
-    paths = {"tunefw": lambda: dispatcher.gemm(a, b)}
+    triton = triton if gate == "none" else None  # Triton's matmul has no gated epilogue
+    paths = {"tunefw": lambda: serve(a, b)}
     row: dict = {"family": route.entry.family if route.entry else "cublas", "dtype": problem.dtype,
-                 "M": problem.M, "N": problem.N, "K": problem.K,
+                 "M": problem.M, "N": problem.N, "K": problem.K, "gate": gate,
                  "config": route.entry.config if route.entry else None, "path": route.path,
                  "entry": None if route.entry is None else [route.entry.M, route.entry.N, route.entry.K],
                  "wrong": not verdict.ok, "rel_err": verdict.rel_err, "why": verdict.reason or None,
@@ -149,7 +166,7 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
         per_copy = (a.numel() + b.numel()) * a.element_size()
         sets = [(a, b)] + [(a.clone(), b.clone())
                            for _ in range(method.rotation_copies(per_copy, flush.l2_bytes) - 1)]
-        cycled = {"tunefw": [lambda x=x, y=y: dispatcher.gemm(x, y) for x, y in sets],
+        cycled = {"tunefw": [lambda x=x, y=y: serve(x, y) for x, y in sets],
                   "cublas": [lambda x=x, y=y: linear(x, y) for x, y in sets]}
         if "triton" in paths:
             cycled["triton"] = [lambda x=x, y=y: triton(x, y, t_out) for x, y in sets]
@@ -166,14 +183,14 @@ def bench_entry(dispatcher: Dispatcher, problem: GemmProblem, seed: int, flush: 
         row["triton_tflops"] = _tflops(problem, theirs.median_ms)
         # tunefw over Triton through the cuBLAS each was timed beside (one clock per pair)
         row["triton_ratio"] = row["ratio"] * theirs.median_ms / beside_theirs.median_ms
-    row["overhead_us"] = overhead_us(dispatcher, a, b)
+    row["overhead_us"] = overhead_us(dispatcher, a, b, gate)
     return row
 
 
 def add_roofline(row: dict, read_tbs: float, device: DeviceSpec) -> dict:
     """Bytes, effective TB/s (tunefw and cuBLAS), their share of the measured read and the
     ceiling that bounds the shape on ``device``."""
-    problem = GemmProblem(row["M"], row["N"], row["K"], row["dtype"])
+    problem = GemmProblem(row["M"], row["N"], row["K"], row["dtype"], gate=row.get("gate", "none"))
     mine, theirs = figures(problem, row["tflops"], read_tbs), figures(problem, row["cublas_tflops"], read_tbs)
     row.update(mine, cublas_tbs=theirs["tbs"], cublas_frac_of_read=theirs["frac_of_read"],
                bound=roofline(problem, device).bound)

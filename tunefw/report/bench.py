@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tunefw.problem import problem_text
 from tunefw.report.page import cell, fingerprint_html, page, table_html
 from tunefw.report.plot import png_img, pyplot
 
@@ -25,7 +26,7 @@ def bars_figure(labels: Sequence[str], series: dict[str, Sequence[float | None]]
 def bench_html(result: dict) -> str:
     """The page of a `tunefw bench` result file."""
     rows = result["rows"]
-    labels = [f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}" for r in rows]
+    labels = [problem_text(r) for r in rows]
     series = {"tunefw": [r["tflops"] for r in rows], "cuBLAS": [r["cublas_tflops"] for r in rows]}
     if any(r.get("triton_tflops") for r in rows):
         series["Triton"] = [r.get("triton_tflops") for r in rows]

@@ -138,6 +138,18 @@ def test_a_gated_entry_never_serves_a_plain_gemm_of_its_shape_and_vice_versa():
     assert table_rule(both, replace(MLP, M=8), H200)[:2] == ("bucket", GATED_ENTRY)
 
 
+def test_calibration_evidence_of_a_plain_entry_never_decides_a_gated_donor_of_its_shape():
+    from tunefw.runtime.dispatch import Evidence
+    from tunefw.runtime.rules import decide
+    plain = replace(GATED_ENTRY, gate="none", trial_id=8)
+    losses = [Evidence(m, 14336, 4096, "bf16", "TN", "bucket", (16, 14336, 4096), 50.0, 100.0)
+              for m in (4, 12)]  # the plain entry lost at M = 4 and 12
+    table = replace(_table(GATED_ENTRY, plain), evidence=losses)
+    assert decide(table, GemmProblem(8, 14336, 4096), H200).path == "cublas"
+    gated = decide(table, replace(MLP, M=8), H200)
+    assert (gated.path, gated.entry) == ("bucket", GATED_ENTRY)
+
+
 def test_dispatch_json_keeps_the_gate_and_the_header_leaves_gated_entries_out(tmp_path):
     plain = replace(GATED_ENTRY, gate="none", trial_id=8, label="l.other")
     path = tmp_path / "d.json"

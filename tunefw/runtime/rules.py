@@ -102,7 +102,11 @@ def table_rule(table: DispatchTable, problem: GemmProblem,
 
 def evidence_for(table: DispatchTable, donor: DispatchEntry,
                  problem: GemmProblem) -> list[Evidence]:
-    """The measured shapes that decide a non-exact problem served by ``donor`` (rule 4)."""
+    """The measured shapes that decide a non-exact problem served by ``donor`` (rule 4). Evidence
+    is of plain GEMMs (calibration times against cuBLAS): a gated donor has none, even where a
+    plain entry of its very shape has some."""
+    if donor.gate != "none":
+        return []
     series = [v for v in table.evidence
               if v.served_by == (donor.M, donor.N, donor.K) and v.dtype == donor.dtype
               and v.layout == donor.layout and (v.N, v.K) == (problem.N, problem.K)]

@@ -10,7 +10,7 @@ from conftest import invoke_cli
 from tunefw.device import H200
 from tunefw.errors import UserError
 from tunefw.export.table import render
-from tunefw.problem import GemmProblem
+from tunefw.problem import GATES, GemmProblem
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable
 from tunefw.runtime.rules import decide, lookup
 from tunefw.templates import FAMILIES
@@ -22,9 +22,9 @@ MAIN = r"""
 #include "dispatch.h"
 using namespace tunefw::dispatch;
 int main() {
-  long long M, N, K; int dt;
-  while (std::scanf("%lld %lld %lld %d", &M, &N, &K, &dt) == 4) {
-    std::printf("%d ", lookup_index(M, N, K, DType(dt)));
+  long long M, N, K; int dt, gate;
+  while (std::scanf("%lld %lld %lld %d %d", &M, &N, &K, &dt, &gate) == 5) {
+    std::printf("%d ", lookup_index(M, N, K, DType(dt), Gate(gate)));
     for (const Entry& e : kEntries) std::printf("%d", fits(e, M, N, K) ? 1 : 0);
     std::printf("\n");
   }
@@ -70,9 +70,9 @@ def _shapes(seed: int) -> list[tuple[int, int, int, str]]:
 
 
 def _python_answer(table: DispatchTable, shape) -> int:
-    M, N, K, dtype = shape
+    M, N, K, dtype, *gate = shape
     try:
-        problem = GemmProblem(M, N, K, dtype)
+        problem = GemmProblem(M, N, K, dtype, gate=gate[0] if gate else "none")
     except UserError:
         return -1
     entry = lookup(table, problem)
@@ -86,7 +86,8 @@ def _run_header(tmp_path, table: DispatchTable, shapes) -> list[str]:
                             str(tmp_path / "lookup"), str(tmp_path / "main.cpp")],
                            capture_output=True, text=True, cwd=tmp_path)
     assert built.returncode == 0, built.stderr
-    stdin = "".join(f"{M} {N} {K} {('bf16', 'fp16').index(d)}\n" for M, N, K, d in shapes)
+    stdin = "".join(f"{M} {N} {K} {('bf16', 'fp16').index(d)} {GATES.index(g[0] if g else 'none')}\n"
+                    for M, N, K, d, *g in shapes)
     run = subprocess.run([str(tmp_path / "lookup")], input=stdin, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
@@ -261,3 +262,50 @@ def test_header_leaves_an_m_with_emptier_tiles_than_its_bracket_unproven(tmp_pat
     lines = _run_header(tmp_path, table, shapes)
     assert [int(line.split()[0]) for line in lines] == [0, 0, -1, 0]
     assert [_python_answer(table, s) for s in shapes] == [0, 0, -1, 0]
+
+
+def _gated_entries(seed: int) -> list[DispatchEntry]:
+    """Gated entries of both gated families (random valid configs) beside plain ones of the
+    very same shapes, so that a wrong gate filter shows."""
+    rng = random.Random(seed)
+    entries = []
+    for i in range(16):
+        family = FAMILIES[("stream_sm90", "wgmma_sm90")[i % 2]]
+        m = rng.choice([1, 5, 16, 33] if family.family == "stream_sm90" else [64, 512, 2048])
+        problem = GemmProblem(m, rng.choice([1024, 4096, 14336]), 4096, gate="silu")
+        (config,) = sample_configs(family, problem, H200, 1, seed=seed * 100 + i)
+        for gate in ("silu", "none"):
+            entries.append(DispatchEntry(m, problem.N, 4096, "bf16", "TN", family.family, config,
+                                         100.0 + i, 90.0, 2 * i + (gate == "none"), gate=gate))
+    return entries
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_header_serves_each_gate_from_its_own_entries_like_python(tmp_path, seed):
+    table = DispatchTable(False, {"name": "NVIDIA H200", "cc": 90}, _gated_entries(seed))
+    rng = random.Random(seed)
+    shapes = [(e.M, e.N, e.K, e.dtype, e.gate) for e in table.entries]
+    shapes += [(int(2 ** rng.uniform(0, 12)), e.N, e.K, "bf16", gate)  # the layers' other M: bucket
+               for e in table.entries for gate in GATES]
+    shapes += [(int(2 ** rng.uniform(0, 12)), 8 * int(2 ** rng.uniform(3, 11)), 4096, "bf16",
+                rng.choice(GATES)) for _ in range(200)]  # other layers: nearest
+    lines = _run_header(tmp_path, table, shapes)
+    served = {"none": 0, "silu": 0}
+    for shape, line in zip(shapes, lines):
+        index, fits = line.split()
+        assert int(index) == _python_answer(table, shape), shape
+        if index != "-1":
+            assert table.entries[int(index)].gate == shape[4]
+            served[shape[4]] += 1
+        problem = GemmProblem(*shape[:4], gate=shape[4])
+        for e, bit in zip(table.entries, fits):
+            if e.gate == shape[4]:  # fits reads the entry's own gate: same-gate pairs compare
+                assert (bit == "1") == (FAMILIES[e.family].check(e.config, problem, H200) is None), (shape, e)
+    assert min(served.values()) >= 10
+    header = (tmp_path / "dispatch.h").read_text()
+    gated = next(e for e in table.entries if e.gate == "silu")
+    assert cpp_kernel(gated) in header  # the gated instantiation, GATED=1 last
+
+
+def cpp_kernel(e: DispatchEntry) -> str:
+    return FAMILIES[e.family].name_expression(e.config, e.dtype, e.gate)

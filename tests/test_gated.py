@@ -150,17 +150,16 @@ def test_calibration_evidence_of_a_plain_entry_never_decides_a_gated_donor_of_it
     assert (gated.path, gated.entry) == ("bucket", GATED_ENTRY)
 
 
-def test_dispatch_json_keeps_the_gate_and_the_header_leaves_gated_entries_out(tmp_path):
+def test_dispatch_json_and_the_header_keep_the_gate(tmp_path):
     plain = replace(GATED_ENTRY, gate="none", trial_id=8, label="l.other")
     path = tmp_path / "d.json"
     path.write_text(render(_table(GATED_ENTRY, plain), "json"))
     raw = json.loads(path.read_text())["entries"]
     assert raw[0]["gate"] == "silu" and "gate" not in raw[1]
     assert load(path).entries == [GATED_ENTRY, plain]
-    header = render(_table(GATED_ENTRY, plain), "cpp")
-    assert "kNumEntries = 1;" in header and "1 gated entries" in header
-    with pytest.raises(UserError, match="only gated entries"):
-        render(_table(GATED_ENTRY), "cpp")
+    header = render(_table(GATED_ENTRY, plain), "cpp")  # the header serves both (test_export_cpp)
+    assert "kNumEntries = 2;" in header
+    assert "Gate::silu, \"gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>\", 8," in header
 
 
 @pytest.mark.slow

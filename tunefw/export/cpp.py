@@ -25,62 +25,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 
 from tunefw.errors import UserError
+from tunefw.problem import GATES
 from tunefw.runtime.dispatch import DispatchEntry, DispatchTable, config_reason
+from tunefw.export.cpp_fits import CPP_FITS, KNOBS_FROM_ARGS, RULE_DEFAULTS, RULE_FIELDS
 from tunefw.templates import FAMILIES
 from tunefw.templates.mma_sm80 import MAX_WORKSPACE_BYTES
 from tunefw.templates.rows_sm90 import SM_RESERVED_SMEM
 
-CPP_FITS = {
-    "mma_sm80": """\
-  if (e.split_k > 1) {
-    const int64_t ktiles = cdiv(K, e.bk);
-    if (e.split_k > ktiles) return false;
-    if (cdiv(ktiles, e.split_k) * (e.split_k - 1) >= ktiles) return false;
-    const int64_t tiles = cdiv(M, e.bm) * cdiv(N, e.bn);
-    const int64_t per_tile = int64_t(e.split_k) * e.bm * e.bn * 4;
-    if (tiles > kMaxWorkspaceBytes / per_tile) return false;
-    if (cdiv(tiles * 4, 256) * 256 + tiles * per_tile > kMaxWorkspaceBytes) return false;
-  }
-  return cdiv(M, e.bm) * cdiv(N, e.bn) <= kMaxGrid;""",
-    # Under SWAP_AB the kernel's rows are N and its columns the M <= 256 tokens.
-    "wgmma_sm90": """\
-  if (SWAP_AB && M > 256) return false;
-  const int64_t num_m = cdiv(SWAP_AB ? N : M, BM), num_n = cdiv(SWAP_AB ? M : N, BN);
-  if (CLUSTER_M > num_m || CLUSTER_N > num_n) return false;
-  if (SPLIT_K > cdiv(K, BK)) return false;
-  if (PERSISTENT == 0 &&
-      cdiv(num_m, CLUSTER_M) * cdiv(num_n, CLUSTER_N) * SPLIT_K * CLUSTER_M > kMaxGrid)
-    return false;
-  return true;""",
-    # Reads its knobs from the entry's template arguments (see _knob_prelude).
-    "skinny_sm90": """  const int64_t need = cdiv(M, 8);
-  if (MTILES < need || MTILES > 2 * need) return false;
-  if (BN - 16 >= N) return false;
-  const int64_t steps = cdiv(K, 32 * KV), per_rank = cdiv(steps, CK);
-  if (per_rank * (CK - 1) >= steps) return false;
-  return per_rank >= WARPS;""",
-    "stream_sm90": """  const int64_t need = cdiv(M, 8);
-  if (MTILES < need || MTILES > 2 * need) return false;
-  if (BN - 16 >= N) return false;
-  const int64_t chunks = cdiv(K, BK);
-  return cdiv(chunks, CK) * (CK - 1) < chunks;""",
-    # The ring holds STAGES*RS whole rows: shared memory depends on K (templates/rows_sm90.py).
-    "rows_sm90": """  if (M > MROWS || (MROWS == 16 && M <= 8)) return false;
-  if (K % 8 != 0 || RS - 8 >= N || COPY > RS * K * 2) return false;
-  const int64_t pairs = cdiv(K, 64);
-  if (pairs < WARPS || KP != cdiv(pairs, WARPS)) return false;
-  const int64_t groups = RS >= 8 ? RS / 8 : 1;
-  const int64_t smem = STAGES * RS * K * 2 + 2 * WARPS * groups * 32 * 2 * (MROWS / 8) * 4 + 16 * STAGES;
-  return smem <= kSmemPerBlockOptin && OCC * (smem + kSmemReservedPerBlock) <= kSmemPerSm;""",
-}
-# Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
-# dtype code, then one per declared param in declaration order (templates/<family>.py).
-KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90", "rows_sm90", "wgmma_sm90")
-RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
-RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}
 _INT = re.compile(r"-?[0-9]{1,19}")
 _PLAIN = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;_-+=()[]<>/*#@%&!~^|{}")
 
@@ -118,7 +71,7 @@ def _template_args(e: DispatchEntry, index: int) -> list[str]:
     reason = config_reason(e.family, e.config)
     if reason:
         raise UserError(f"--format cpp: entries[{index}].config: {reason}")
-    args = FAMILIES[e.family].template_args(e.config, e.dtype)
+    args = FAMILIES[e.family].template_args(e.config, e.dtype) + ([1] if e.gate != "none" else [])
     return [cpp_int(a, f"entries[{index}] template argument {k}") for k, a in enumerate(args)]
 
 
@@ -131,8 +84,8 @@ def _cpp_entry(e: DispatchEntry, index: int, nearest_ok: bool) -> str:
                      for v in (hint.tile_m, hint.tile_n, hint.split_k))
     ratio = e.ratio
     dims = ", ".join(cpp_int(v, f"entries[{index}].{n}", 63) for n, v in zip("MNK", (e.M, e.N, e.K)))
-    return (f"    {{{dims}, DType::{e.dtype}, Family::{e.family}, "
-            f"{cpp_string(FAMILIES[e.family].name_expression(e.config, e.dtype))}, {len(args)}, "
+    return (f"    {{{dims}, DType::{e.dtype}, Family::{e.family}, Gate::{e.gate}, "
+            f"{cpp_string(FAMILIES[e.family].name_expression(e.config, e.dtype, e.gate))}, {len(args)}, "
             f"{{{', '.join(args)}}}, {rules}, {tile}, {str(nearest_ok).lower()}, "
             f"{str(e.is_cublas).lower()}, {cpp_double(e.tflops, 'tflops')}, "
             f"{cpp_double(e.cublas_tflops, 'cublas_tflops')}, {cpp_double(ratio, 'ratio')}, "
@@ -142,8 +95,9 @@ def _cpp_entry(e: DispatchEntry, index: int, nearest_ok: bool) -> str:
 
 def _cpp_evidence(table: DispatchTable) -> str:
     index = {}
-    for i, e in enumerate(table.entries):
-        index.setdefault((e.M, e.N, e.K, e.dtype, e.layout), i)
+    for i, e in enumerate(table.entries):  # evidence is of plain GEMMs (rules.evidence_for)
+        if e.gate == "none":
+            index.setdefault((e.M, e.N, e.K, e.dtype, e.layout), i)
     rows = []
     for j, v in enumerate(table.evidence):
         i = index.get((*v.served_by, v.dtype, v.layout))
@@ -165,17 +119,9 @@ def _knob_prelude(family: str) -> str:
 
 
 def render_cpp(table: DispatchTable) -> str:
-    """A self-contained C++17 header: the entries, their template arguments and lookup(). Its
-    lookup() serves plain GEMMs: gated entries (tunefw/problem.py) are left out and counted."""
+    """A self-contained C++17 header: the entries, their template arguments and lookup()."""
     if not table.entries:
         raise UserError("the dispatch table has no entries: nothing to write")
-    gated = sum(e.gate != "none" for e in table.entries)
-    gated_note = (f"\n// The table's {gated} gated entries (C = silu(A Bg^T) * (A Bu^T)) are not "
-                  "here: tunefw's Python runtime serves them." if gated else "")
-    table = replace(table, entries=[e for e in table.entries if e.gate == "none"])
-    if not table.entries:
-        raise UserError("--format cpp: the table has only gated entries; the header serves "
-                        "plain GEMMs")
     missing = sorted({e.family for e in table.entries} - set(CPP_FITS))
     if missing:
         raise UserError(f"--format cpp: no C++ validity rules for family {', '.join(missing)}")
@@ -200,10 +146,12 @@ def render_cpp(table: DispatchTable) -> str:
     return f"""\
 // Generated by `tunefw export --format cpp`: the winners of a tuning study. Do not edit.
 // Device: {cpp_comment(name)} (cc {cc_text}){" -- SIMULATED: no real measurement" if table.simulated else ""}
-// Problems are C[M,N] = A[M,K] * B[N,K]^T (layout TN).{gated_note}
+// Problems are C[M,N] = A[M,K] * B[N,K]^T (layout TN); gated ones (Gate::silu) are
+// C = silu(A Bg^T) * (A Bu^T) for B = [Bg; Bu] of 2N rows (a SwiGLU MLP's gate and up).
 //
-// tunefw::dispatch::lookup(M, N, K, dtype) answers like tunefw's Python DispatchTable.lookup
-// (tunefw/runtime/rules.py); nullptr means "use cuBLAS":
+// tunefw::dispatch::lookup(M, N, K, dtype, gate) answers like tunefw's Python DispatchTable.lookup
+// (tunefw/runtime/rules.py); nullptr means "use cuBLAS" (gated: the stock form, one cuBLAS GEMM
+// over [Bg; Bu] then SiLU and the product). Only entries of the asked gate are considered:
 //  1. exact: the entry of that shape; a cuBLAS-route entry (it measured below cuBLAS) -> nullptr.
 //  2. bucket: among the entries of the same layer (N, K, dtype) valid for the shape (cuBLAS-route
 //     entries count as valid), the smallest tuned M above the asked M, else the largest below;
@@ -227,6 +175,7 @@ namespace tunefw {{
 namespace dispatch {{
 
 enum class DType : int {{ bf16 = 0, fp16 = 1 }};
+enum class Gate : int {{ {", ".join(f"{g} = {i}" for i, g in enumerate(GATES))} }};
 enum class Family : int {{ {", ".join(f"{n} = {i}" for i, n in enumerate(families))} }};
 enum class Rule : int {{ none = 0, exact = 1, bucket = 2, nearest = 3 }};
 
@@ -234,9 +183,10 @@ struct Entry {{
   int64_t M, N, K;
   DType dtype;
   Family family;
+  Gate gate;  // the problem's gate: the entry serves only that gate
   const char* kernel;  // the instantiation, e.g. "gemm_wgmma_sm90<0, 128, ...>"
   int num_args;
-  int args[{max_args}];  // its template arguments, in the kernel's order
+  int args[{max_args}];  // its template arguments, in the kernel's order (gated: GATED=1 last)
   int bm, bn, bk, split_k, cluster_m, cluster_n, persistent;  // what the validity rules read
   int tile_m, tile_n, tile_split;  // C's tile over (M, N) and its K split: rule 4's tile fill
   bool nearest_ok;  // the config passed check() on its own shape: it may serve (any shape)
@@ -308,11 +258,11 @@ inline bool fits(const Entry& e, int64_t M, int64_t N, int64_t K) {{
 }}
 
 // Rules 1-3: the index of the entry the table's rule picks (cuBLAS routes included), or -1.
-inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) {{
+inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Gate gate, Rule* rule) {{
   *rule = Rule::none;
   for (int i = 0; i < kNumEntries; ++i) {{
     const Entry& e = kEntries[i];
-    if (e.dtype == dtype && e.M == M && e.N == N && e.K == K && (e.cublas_route || e.nearest_ok)) {{
+    if (e.dtype == dtype && e.gate == gate && e.M == M && e.N == N && e.K == K && (e.cublas_route || e.nearest_ok)) {{
       *rule = Rule::exact;
       return i;
     }}
@@ -320,7 +270,7 @@ inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) 
   int above = -1, below = -1;
   for (int i = 0; i < kNumEntries; ++i) {{
     const Entry& e = kEntries[i];
-    if (e.dtype != dtype || e.N != N || e.K != K) continue;
+    if (e.dtype != dtype || e.gate != gate || e.N != N || e.K != K) continue;
     if (!e.cublas_route && !(e.nearest_ok && fits(e, M, N, K))) continue;
     if (e.M > M && (above < 0 || e.M < kEntries[above].M)) above = i;
     if (e.M < M && (below < 0 || e.M > kEntries[below].M)) below = i;
@@ -333,7 +283,8 @@ inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) 
   double best_d = 0.0;
   for (int i = 0; i < kNumEntries; ++i) {{
     const Entry& e = kEntries[i];
-    if (e.dtype != dtype || e.cublas_route || !e.nearest_ok || !fits(e, M, N, K)) continue;
+    if (e.dtype != dtype || e.gate != gate || e.cublas_route || !e.nearest_ok || !fits(e, M, N, K))
+      continue;
     const double d = detail::log_distance(e, M, N, K);
     const Entry* b = best < 0 ? nullptr : &kEntries[best];
     if (b == nullptr || d < best_d ||
@@ -348,10 +299,10 @@ inline int rule_index(int64_t M, int64_t N, int64_t K, DType dtype, Rule* rule) 
 }}
 
 // lookup() as an index into kEntries, -1 for cuBLAS.
-inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype) {{
+inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype, Gate gate = Gate::none) {{
   if (M < 1 || N < 8 || K < 8 || N % 8 != 0 || K % 8 != 0) return -1;
   Rule rule;
-  const int i = rule_index(M, N, K, dtype, &rule);
+  const int i = rule_index(M, N, K, dtype, gate, &rule);
   if (i < 0 || kEntries[i].cublas_route) return -1;
   if (rule == Rule::exact) return i;
   int below = -1, above = -1;  // rule 4: calibration evidence of the same entry and layer
@@ -375,8 +326,8 @@ inline int lookup_index(int64_t M, int64_t N, int64_t K, DType dtype) {{
 }}
 
 // The entry for the shape, or nullptr: use cuBLAS.
-inline const Entry* lookup(int64_t M, int64_t N, int64_t K, DType dtype) {{
-  const int i = lookup_index(M, N, K, dtype);
+inline const Entry* lookup(int64_t M, int64_t N, int64_t K, DType dtype, Gate gate = Gate::none) {{
+  const int i = lookup_index(M, N, K, dtype, gate);
   return i < 0 ? nullptr : &kEntries[i];
 }}
 

@@ -178,3 +178,27 @@ def test_a_gated_study_sweeps_stores_and_exports_its_gate(db_url, tmp_path, ray_
     entries = json.loads(out.read_text())["entries"]
     assert sorted(e.get("gate", "none") for e in entries) == ["none", "silu"]
     assert all(e["family"] in ("stream_sm90", "wgmma_sm90") for e in entries)
+
+
+def test_a_shape_on_the_command_line_may_carry_its_gate(tmp_path, db_url):
+    from conftest import invoke_cli
+    from tunefw.export.calibrate import read_shapes
+    from tunefw.problem import parse_shape
+    assert parse_shape("16x14336x4096:silu") == MLP and parse_shape(" 16x14336x4096 ").gate == "none"
+    with pytest.raises(UserError, match="gate='gelu'"):
+        parse_shape("16x14336x4096:gelu")
+    made = invoke_cli("study", "create", "g", "--shape", "16x14336x4096:silu", "--shape",
+                      "16x14336x4096", db=db_url)
+    assert made.returncode == 0, made.stderr
+    assert db_rows(db_url, "SELECT M, N, K, gate FROM tunefw_problem ORDER BY id") == [
+        (16, 14336, 4096, "silu"), (16, 14336, 4096, "none")]
+    table = tmp_path / "t.json"
+    table.write_text(render(_table(GATED_ENTRY), "json"))
+    shown = invoke_cli("dispatch", "explain", str(table), "8x14336x4096:silu", "8x14336x4096")
+    assert shown.stdout.splitlines()[0].startswith("8x14336x4096 bf16 gate silu: bucket: ")
+    assert shown.stdout.splitlines()[1].endswith("no bf16 kernel entry [preview for NVIDIA H200, "
+                                                 "the table's device]")
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("8x14336x4096:silu\n")
+    with pytest.raises(UserError, match="calibration times plain GEMMs"):
+        read_shapes(shapes)

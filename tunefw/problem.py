@@ -87,17 +87,19 @@ class GemmProblem:
         return d if self.gate == "none" else {**d, "gate": self.gate}
 
 
-_SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*(?::\s*([A-Za-z]+)\s*)?$")
 
 
 def parse_shape(text: str, dtype: str = "bf16") -> GemmProblem:
-    """Parse 'MxNxK' (as typed on the command line) into a validated problem."""
+    """Parse 'MxNxK' or a gated 'MxNxK:silu' (as typed on the command line) into a validated
+    problem."""
     match = _SHAPE.match(text) if len(text) <= 64 else None
     if not match:
         shown = text if len(text) <= 40 else text[:40] + "..."
-        raise UserError(f"shape {shown!r}: expected MxNxK, e.g. 4096x4096x4096")
-    m, n, k = (int(g) for g in match.groups())
-    return GemmProblem(m, n, k, dtype)
+        raise UserError(f"shape {shown!r}: expected MxNxK or MxNxK:GATE, e.g. 4096x4096x4096 "
+                        "or 16x14336x4096:silu")
+    m, n, k = (int(g) for g in match.groups()[:3])
+    return GemmProblem(m, n, k, dtype, gate=match.group(4) or "none")
 
 
 def problem_text(p: dict) -> str:

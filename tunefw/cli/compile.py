@@ -125,7 +125,7 @@ def run_compile(family: str, arch: str, sample: int, seed: int, config_json: str
     results: list[CompileResult] = []
     with CompilePool(min(os.cpu_count() or 1, len(configs)), cache_dir=cache_dir,
                      source_dir=source_dir) as pool:
-        futures = [pool.submit(template, config, dtype, arch) for config in configs]
+        futures = [pool.submit(template, config, dtype, arch, gate=problem.gate) for config in configs]
         for config, future in zip(configs, futures):
             result = future.result()
             sass_reason = (sass_check(result.cubin, require_op=template.tensor_op)

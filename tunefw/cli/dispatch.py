@@ -16,7 +16,8 @@ out = console()
 @dispatch_app.command("explain")
 def dispatch_explain(
     path: Path = typer.Argument(..., help="dispatch.json", metavar="DISPATCH.json"),
-    shapes: List[str] = typer.Argument(..., help="One or more MxNxK.", metavar="MxNxK..."),
+    shapes: List[str] = typer.Argument(..., help="One or more MxNxK (gated: MxNxK:silu).",
+                                       metavar="MxNxK..."),
     dtype: str = typer.Option("bf16", "--dtype", metavar="bf16|fp16", help="bf16 | fp16."),
 ) -> None:
     """Which rule serves each shape, from which entry, on what evidence (no GPU needed)."""
@@ -26,7 +27,7 @@ def dispatch_explain(
     problems = [parse_shape(s, dtype) for s in shapes]
     dispatcher = Dispatcher(path)
     for p in problems:
-        out.print(dispatcher.explain(p.M, p.N, p.K, p.dtype), markup=False, highlight=False,
+        out.print(dispatcher.explain(p.M, p.N, p.K, p.dtype, gate=p.gate), markup=False, highlight=False,
                   soft_wrap=True)
 
 

@@ -91,7 +91,11 @@ def _shape(item: object) -> GemmProblem:
         dtype = item[1] if len(item) == 2 else "bf16"
         if dtype not in DTYPES:
             raise UserError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-        return parse_shape(item[0], dtype)
+        problem = parse_shape(item[0], dtype)
+        if problem.gate != "none":
+            raise UserError(f"{item[0]!r}: calibration times plain GEMMs against cuBLAS (a gated "
+                            "shape is served by its own entries, guarded at first call)")
+        return problem
     if isinstance(item, dict) and set(item) <= {"M", "N", "K", "dtype"} and {"M", "N", "K"} <= set(item):
         return GemmProblem(item["M"], item["N"], item["K"], item.get("dtype", "bf16"))
     raise UserError(f"{str(item)[:60]!r}: expected MxNxK [dtype] or {{M, N, K[, dtype]}}")

@@ -199,7 +199,8 @@ def _no_entry(table: DispatchTable, problem: GemmProblem, device: DeviceSpec) ->
     same = [e for e in table.entries
             if e.dtype == problem.dtype and e.gate == problem.gate and not e.is_cublas]
     if not same:
-        return f"the table has no {problem.dtype} kernel entry"
+        gated = "" if problem.gate == "none" else f" gate-{problem.gate}"
+        return f"the table has no {problem.dtype}{gated} kernel entry"
     nearest = min(same, key=lambda e: (problem.log_distance(e.problem), e.M, e.N, e.K))
     why = FAMILIES[nearest.family].check(nearest.config, problem, device)
     return (f"no {problem.dtype} entry's config is valid for this shape "

@@ -101,7 +101,9 @@ def _problems(source: str, doc: StudyFile) -> tuple[list[GemmProblem], list[str]
         p_dtype = entry.dtype or doc.dtype
         if entry.shape is not None:
             try:
-                p = replace(parse_shape(entry.shape, p_dtype), gate=entry.gate)
+                p = parse_shape(entry.shape, p_dtype)
+                if entry.gate != "none":  # the key's gate, else the shape's own ':silu'
+                    p = replace(p, gate=entry.gate)
             except UserError as exc:
                 raise _err(source, f"{where}: {exc}") from None
         else:

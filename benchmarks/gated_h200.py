@@ -78,8 +78,9 @@ def main() -> int:
         print("sweep not complete: run again with the same --db to resume")
         return 3
     result = build_result(db, [STUDY], [], [])
-    header = report_header("benchmarks/gated_h200.py") if args.backend == "cuda" else {}
-    result.update(script="benchmarks/gated_h200.py", **header, **saved)
+    result["script"] = "benchmarks/gated_h200.py"
+    result.update(report_header(result["script"]) if args.backend == "cuda" else {})
+    result.update(saved)
     runs = saved.get("stream_read_runs") or [{"read_tbs_best": 4.21}]  # sim: the brief's figure
     read = min(r["read_tbs_best"] for r in runs)
     for row in result["rows"]:

@@ -111,6 +111,8 @@ def test_patch_gated_serves_each_mlp_by_one_gated_gemm_and_unpatch_restores_it(l
     before = _logits(llama, ids)
     report = tunefw.patch(llama, gated=True)
     assert report.gated == MLPS and report.ungated == {} and "2 MLP(s) gated" in str(report)
+    again = tunefw.patch(llama, gated=True)  # patching twice changes nothing
+    assert again.gated == MLPS and again.ungated == {} and again.swapped == []
     mlp = llama.get_submodule(MLPS[0])
     gate, up = mlp.gate_proj.weight, mlp.up_proj.weight  # views of one [Wg; Wu] buffer
     assert up.data_ptr() == gate.data_ptr() + gate.numel() * gate.element_size()

@@ -128,6 +128,9 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
     agreeing = []
     for mlp in gated_mlps(model):
         module = model.get_submodule(mlp.name)
+        if _gated(module):  # patched before: nothing to probe or to do
+            report.gated.append(mlp.name)
+            continue
         gate, up, down = (getattr(module, leaf) for leaf in mlp.leaves)
         w = gate.weight
         if w.is_meta:
@@ -147,6 +150,12 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
             report.ungated[mlp.name] = (f"its forward is not down(silu(gate(x)) * up(x)) "
                                         f"(a probe differs by {err:.2g})")
     return agreeing
+
+
+def _gated(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is an MLP tunefw.patch(gated=True) serves by the gated GEMM."""
+    own = vars(module).get("forward")
+    return isinstance(own, functools.partial) and own.func is gated_forward
 
 
 def _gate(model: torch.nn.Module, mlp: GatedMLP, report: PatchReport) -> None:
@@ -181,8 +190,7 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     """Turn every tunefw.Linear of ``model`` back into a plain nn.Linear; returns their names."""
     restored = []
     for name, module in model.named_modules():
-        own = vars(module).get("forward")
-        if isinstance(own, functools.partial) and own.func is gated_forward:
+        if _gated(module):
             del module.forward  # the class's own forward again
         if type(module) is FusedLinear and "_group" in vars(module):
             module._group.unstack()  # every member of the group gets its own weight again

@@ -8,8 +8,8 @@ lm_head included): one GEMM of N=out_features, K=in_features per call; with ``fu
 group (tunefw/study/siblings.py: the layers ``tunefw.patch(model, fuse=...)`` serves as one GEMM)
 counts as that one GEMM instead; with ``gated``, a SwiGLU MLP's gate and up projections
 (siblings.gated_mlps: what ``tunefw.patch(model, gated=True)`` serves by one gated GEMM) count as
-one gated problem of N = the intermediate size. Layers tunefw cannot tune (N or K not a multiple of 8) are
-reported, never silently dropped.
+one gated problem of N = the intermediate size. Layers tunefw cannot tune (N or K not a multiple
+of 8) are reported, never silently dropped.
 
 M is the number of tokens a call multiplies (batch x sequence). The grids (README):
 decode ``M_GRIDS["decode"]`` (1 ... 256 sequences, one token each) and prefill

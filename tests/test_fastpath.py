@@ -87,8 +87,8 @@ def driver(mod, monkeypatch):
     mod.set_launchers(0, 0)
 
 
-def kernel(mod, M=6, N=8, K=16, dtype=torch.bfloat16, builder=None, cluster=PLAIN):
-    return mod.Kernel(FUNCTION, GRID, BLOCK, cluster, SMEM, (M, N, K), -1, dtype,
+def kernel(mod, M=6, N=8, K=16, dtype=torch.bfloat16, builder=None, cluster=PLAIN, rows=None):
+    return mod.Kernel(FUNCTION, GRID, BLOCK, cluster, SMEM, (M, N, K, rows or N), -1, dtype,
                       builder or Builder())
 
 
@@ -106,6 +106,15 @@ def test_a_kernel_launches_once_per_call_with_its_geometry_and_cached_arguments(
     assert [launch[6] for launch in driver.launches] == triples  # the operands' own addresses
     assert builder.calls == list(dict.fromkeys(triples))  # built once per distinct triple
     assert k.arg_sets == len(set(triples))
+
+
+def test_a_gated_kernel_reads_a_weight_of_2n_rows_and_writes_n_columns(mod, driver):
+    k = kernel(mod, rows=16)  # C = silu(A Bg^T) * (A Bu^T): B = [Bg; Bu], 2 x 8 rows
+    a = torch.randn(6, 16, dtype=torch.bfloat16)
+    assert fastpath.launch(k, a, torch.randn(8, 16, dtype=torch.bfloat16)) is None  # N rows only
+    driver.nbytes = 6 * 8 * 2
+    c = fastpath.launch(k, a, torch.randn(16, 16, dtype=torch.bfloat16))
+    assert c.shape == (6, 8) and len(driver.launches) == 1
 
 
 def test_a_triple_met_before_launches_with_its_cached_buffer(mod, driver):

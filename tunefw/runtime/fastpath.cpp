@@ -77,21 +77,23 @@ bool servable(const at::Tensor& t) {
 class Kernel {
  public:
   Kernel(uintptr_t function, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
-         std::array<unsigned, 3> cluster, unsigned smem, std::array<int64_t, 3> mnk, int device,
+         std::array<unsigned, 3> cluster, unsigned smem, std::array<int64_t, 4> shape, int device,
          at::ScalarType dtype, py::object build_args)
       : function_(reinterpret_cast<void*>(function)), grid_(grid), block_(block),
-        cluster_(cluster), smem_(smem), m_(mnk[0]), n_(mnk[1]), k_(mnk[2]), device_(device),
+        cluster_(cluster), smem_(smem), m_(shape[0]), n_(shape[1]), k_(shape[2]),
+        b_rows_(shape[3]), device_(device),
         dtype_(dtype), build_args_(std::move(build_args)) {
     clustered_ = cluster[0] * cluster[1] * cluster[2] != 1;
   }
 
-  // C = a @ b.T in a's leading shape (a's rows M x K, b N x K), or an undefined tensor when the
-  // kernel cannot read them or the driver refuses the launch (the Python path then decides).
+  // C = a @ b.T in a's leading shape (a's rows M x K, b N x K; a gated kernel's b is [Bg; Bu] of
+  // 2N rows and C = silu(a Bg^T) * (a Bu^T)), or an undefined tensor when the kernel cannot read
+  // them or the driver refuses the launch (the Python path then decides).
   at::Tensor run(const at::Tensor& a, const at::Tensor& b) {
     if ((clustered_ ? g_launch_ex == nullptr : g_launch == nullptr) ||
         a.scalar_type() != dtype_ || b.scalar_type() != dtype_ || !servable(a) || !servable(b) ||
         a.get_device() != device_ || b.get_device() != device_ || a.dim() < 1 || b.dim() != 2 ||
-        a.size(-1) != k_ || b.size(0) != n_ || b.size(1) != k_ || a.numel() != m_ * k_) {
+        a.size(-1) != k_ || b.size(0) != b_rows_ || b.size(1) != k_ || a.numel() != m_ * k_) {
       return at::Tensor();
     }
     c10::SmallVector<int64_t, 4> sizes(a.sizes().begin(), a.sizes().end());
@@ -138,7 +140,7 @@ class Kernel {
   std::array<unsigned, 3> grid_, block_, cluster_;
   bool clustered_;
   unsigned smem_;
-  int64_t m_, n_, k_;
+  int64_t m_, n_, k_, b_rows_;  // b_rows_: the weight's rows (N, or 2N gated)
   int device_;
   at::ScalarType dtype_;
   py::object build_args_;
@@ -280,7 +282,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The serial of the table serving now: layers serve the routes they settled under it.");
   py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
       .def(py::init<uintptr_t, std::array<unsigned, 3>, std::array<unsigned, 3>,
-                    std::array<unsigned, 3>, unsigned, std::array<int64_t, 3>, int, at::ScalarType,
+                    std::array<unsigned, 3>, unsigned, std::array<int64_t, 4>, int, at::ScalarType,
                     py::object>())
       .def_property_readonly("arg_sets", &Kernel::arg_sets);
   py::class_<Routes>(m, "Routes")

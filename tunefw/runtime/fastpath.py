@@ -86,11 +86,11 @@ def _build() -> Any | None:
         return None
 
 
-def kernel(function: Any, geometry: Any, mnk: tuple[int, int, int], device: int, dtype: torch.dtype,
-           build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
+def kernel(function: Any, geometry: Any, shape: tuple[int, int, int, int], device: int,
+           dtype: torch.dtype, build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
     """A compiled launcher of one kernel (``function``: its CUfunction; ``geometry``: its Launch,
-    a cluster's launched by cuLaunchKernelEx), or None where the compiled path is off
-    (the Python launch serves). ``build_args(a, b, c)`` gives the argument buffer of an operand
+    a cluster's launched by cuLaunchKernelEx; ``shape``: M, N, K and the weight's rows, 2N for a
+    gated kernel), or None where the compiled path is off (the Python launch serves). ``build_args(a, b, c)`` gives the argument buffer of an operand
     address triple: (its address, what keeps it alive)."""
     mod = module()
     if mod is None:
@@ -103,7 +103,7 @@ def kernel(function: Any, geometry: Any, mnk: tuple[int, int, int], device: int,
             return None
         mod.set_launchers(plain, ex)
     return mod.Kernel(int(function), tuple(geometry.grid), tuple(geometry.block),
-                      tuple(geometry.cluster), geometry.smem_bytes, mnk, device, dtype, build_args)
+                      tuple(geometry.cluster), geometry.smem_bytes, shape, device, dtype, build_args)
 
 
 def routes() -> Any | None:

@@ -114,10 +114,10 @@ class Plan:
         # cuLaunchKernelEx launches: CUlaunchConfig per (stream, programmatic)
         self._configs: dict[tuple[int, bool], Any] = {}
         # the compiled launcher (tunefw/runtime/fastpath.py) of a kernel launched without
-        # programmatic stream serialization, of a plain GEMM (it reads a weight of N rows)
-        self.fast = None if self.programmatic or problem.gate != "none" else fastpath.kernel(
-            function, launch, (problem.M, problem.N, problem.K), device.index, self._out_dtype,
-            self._build_args)
+        # programmatic stream serialization
+        self.fast = None if self.programmatic else fastpath.kernel(
+            function, launch, (problem.M, problem.N, problem.K, problem.weight_rows), device.index,
+            self._out_dtype, self._build_args)
 
     def args(self, a_ptr: int, b_ptr: int, c_ptr: int) -> int:
         """The argument buffer's address for these operands (built once per address triple)."""

@@ -90,8 +90,9 @@ def kernel(function: Any, geometry: Any, shape: tuple[int, int, int, int], devic
            dtype: torch.dtype, build_args: Callable[[int, int, int], tuple[int, Any]]) -> Any | None:
     """A compiled launcher of one kernel (``function``: its CUfunction; ``geometry``: its Launch,
     a cluster's launched by cuLaunchKernelEx; ``shape``: M, N, K and the weight's rows, 2N for a
-    gated kernel), or None where the compiled path is off (the Python launch serves). ``build_args(a, b, c)`` gives the argument buffer of an operand
-    address triple: (its address, what keeps it alive)."""
+    gated kernel), or None where the compiled path is off (the Python launch serves).
+    ``build_args(a, b, c)`` gives the argument buffer of an operand address triple: (its
+    address, what keeps it alive)."""
     mod = module()
     if mod is None:
         return None

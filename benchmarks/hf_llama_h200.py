@@ -96,10 +96,8 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
         if key not in served:
             r = (dispatcher.route_for(x, module.weight) if x.is_cuda
                  else dispatcher.preview(x.shape[0], module.out_features, module.in_features, x.dtype))
-            served[key] = {"path": r.path, "rule": r.rule,
-                           "family": r.entry.family if r.entry is not None else "cublas",
-                           "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}" if r.entry is not None else None,
-                           "reason": r.reason}
+            served[key] = _served(r)
+
     def gated_hook(mlp, inputs):
         x, gate = inputs[0].reshape(-1, inputs[0].shape[-1]), mlp.gate_proj
         shape = (x.shape[0], gate.out_features, gate.in_features)
@@ -108,10 +106,7 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
         if key not in served:
             r = (dispatcher.route(*shape, x.dtype, x.get_device(), gate="silu") if x.is_cuda
                  else dispatcher.preview(*shape, x.dtype, gate="silu"))
-            served[key] = {"path": r.path, "rule": r.rule,
-                           "family": r.entry.family if r.entry is not None else "stock",
-                           "entry": f"{r.entry.M}x{r.entry.N}x{r.entry.K}:silu" if r.entry is not None else None,
-                           "reason": r.reason}
+            served[key] = _served(r, ":silu")
     handles = [m.register_forward_pre_hook(hook) for m in model.modules()
                if isinstance(m, tunefw.Linear)]
     handles += [m.register_forward_pre_hook(gated_hook) for m in gated_mlps(model).values()]
@@ -124,6 +119,15 @@ def routes(step, model: torch.nn.Module, dispatcher) -> dict:
     return {"per_shape": per_shape, "calls_by_path": _count(per_shape, "path"),
             "calls_by_family": _count(per_shape, "family"),
             "members_served_by_their_group": sum(from_group.values())}
+
+
+def _served(r, gated: str = "") -> dict:
+    """A route as the route counts record it (``gated``: ':silu'; its fallback is the stock
+    form, not one cuBLAS GEMM)."""
+    e = r.entry
+    return {"path": r.path, "rule": r.rule,
+            "family": e.family if e is not None else "stock" if gated else "cublas",
+            "entry": f"{e.M}x{e.N}x{e.K}{gated}" if e is not None else None, "reason": r.reason}
 
 
 def _count(per_shape: dict, field: str) -> dict[str, int]:

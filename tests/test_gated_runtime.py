@@ -136,7 +136,7 @@ def test_patch_gated_serves_each_mlp_by_one_gated_gemm_and_unpatch_restores_it(l
 
 
 def test_an_mlp_whose_forward_is_not_swiglu_is_not_gated(llama):
-    class Scaled(torch.nn.Module):
+    class GeluMLP(torch.nn.Module):
         def __init__(self, mlp):
             super().__init__()
             self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
@@ -145,7 +145,7 @@ def test_an_mlp_whose_forward_is_not_swiglu_is_not_gated(llama):
             return self.down_proj(torch.nn.functional.gelu(self.gate_proj(x)) * self.up_proj(x))
 
     layer = llama.model.layers[1]
-    layer.mlp = Scaled(layer.mlp)
+    layer.mlp = GeluMLP(layer.mlp)
     report = tunefw.patch(llama, gated=True)
     assert report.gated == [MLPS[0]]
     assert report.ungated[MLPS[1]].startswith("its forward is not down(silu(gate(x)) * up(x))")

@@ -27,7 +27,7 @@ from tunefw.evaluate import method
 from tunefw.problem import GemmProblem
 from tunefw.measure.roofline import figures, roofline, stream_read_tbs
 from tunefw.runtime.dispatch import DispatchTable
-from tunefw.runtime.dispatcher import Dispatcher, stock_gated
+from tunefw.runtime.dispatcher import Dispatcher, out_cols, stock_gated
 from tunefw.runtime.plan import current_stream
 
 AGAINST = ("cublas", "triton")
@@ -116,8 +116,7 @@ def overhead_us(dispatcher: Dispatcher, a: torch.Tensor, b: torch.Tensor, gate: 
     microseconds."""
     plan = dispatcher.plan_for(a, b, gate)
     if plan is None:
-        scratch = torch.empty(a.shape[0], b.shape[0] // (1 if gate == "none" else 2),
-                              dtype=a.dtype, device=a.device)
+        scratch = torch.empty(a.shape[0], out_cols(b, gate), dtype=a.dtype, device=a.device)
         raw = lambda: method.stock(a, b, gate, scratch)  # noqa: E731
     else:
         c = a.new_empty(plan.out_shape)

@@ -78,9 +78,15 @@ def _plan_key(a_shape: tuple, a: torch.Tensor, b: torch.Tensor, gate: str = "non
     return (a_shape, b.shape, a.dtype, b.dtype, a.get_device(), b.get_device(), gate)
 
 
-def _where(M: int, N: int, K: int, dtype: str, gate: str) -> str:
-    """A shape's name in the verification records: 'MxNxK:dtype', ':gate' added when gated."""
-    return f"{M}x{N}x{K}:{dtype}" + ("" if gate == "none" else f":{gate}")
+def _key(M: int, N: int, K: int, dtype: str, gate: str) -> str:
+    """GemmProblem.key() of a runtime shape (layout TN), for shapes that may not be problems: what
+    the verification records and the guard's untimed notes are keyed by."""
+    return f"{M}x{N}x{K}:{dtype}:TN" + ("" if gate == "none" else f":{gate}")
+
+
+def out_cols(b: torch.Tensor, gate: str) -> int:
+    """C's width for a weight ``b``: its rows, half of them gated (b = [Bg; Bu])."""
+    return b.shape[0] if gate == "none" else b.shape[0] // 2
 
 
 class Dispatcher:
@@ -176,7 +182,7 @@ class Dispatcher:
             if key in plans:
                 return plans[key]
             plan = None
-            n, odd = (b.shape[0], False) if gate == "none" else divmod(b.shape[0], 2)  # gated: 2N rows
+            n, odd = out_cols(b, gate), gate != "none" and b.shape[0] % 2
             if a.is_cuda and a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[1] \
                     and a.dtype == b.dtype and a.get_device() == b.get_device() and not odd:
                 route = self.route(a.shape[0], n, a.shape[1], a.dtype, a.get_device(), gate)
@@ -197,8 +203,7 @@ class Dispatcher:
         operands a kernel can read), else None: the route stays cuBLAS."""
         if route.path != "unproven" or not _servable(a, b):
             return None
-        n = b.shape[0] if gate == "none" else b.shape[0] // 2
-        problem = GemmProblem(a.shape[0], n, a.shape[1], dtype_name(a.dtype), gate=gate)
+        problem = GemmProblem(a.shape[0], out_cols(b, gate), a.shape[1], dtype_name(a.dtype), gate=gate)
         return route.donor if self._guard.can_time(route, problem) else None
 
     def route(self, M: int, N: int, K: int, dtype: str | torch.dtype,
@@ -215,7 +220,7 @@ class Dispatcher:
             kernel = route.candidate
             if kernel is not None:
                 reason = (self._failed.get(self._name(kernel))
-                          or self._wrong.get((_where(M, N, K, name, gate), dev.index)))
+                          or self._wrong.get((_key(M, N, K, name, gate), dev.index)))
                 if reason:
                     return Route("cublas", None, f"the kernel of the {route.path} entry "
                                                  f"{_shape(kernel)} is unavailable: {reason}")
@@ -227,8 +232,7 @@ class Dispatcher:
         None when it failed (its shape then goes to cuBLAS, with one warning)."""
         if not self._verify:
             return plan
-        p = plan.problem
-        where = (_where(p.M, p.N, p.K, p.dtype, p.gate), dev.index)
+        where = (plan.problem.key(), dev.index)
         if guard_module.capturing():
             self._unverified[where] = ("first seen during CUDA-graph capture or torch.compile "
                                        "tracing: not verified")
@@ -253,8 +257,7 @@ class Dispatcher:
         Both sides write into outputs allocated before the timing (the kernel's argument buffer
         built too, Plan.prepared), so only launches are enqueued between the timing's events."""
         gate = plan.problem.gate
-        c_ref = torch.empty(a.shape[0], b.shape[0] // (1 if gate == "none" else 2), dtype=a.dtype,
-                            device=a.device)
+        c_ref = torch.empty(a.shape[0], out_cols(b, gate), dtype=a.dtype, device=a.device)
         bt = b.t()
         stock = (lambda: torch.matmul(a, bt, out=c_ref)) if gate == "none" \
             else (lambda: method.stock(a, b, gate, c_ref))
@@ -284,9 +287,9 @@ class Dispatcher:
             route, note = self.preview(M, N, K, dtype, gate), f" [preview for {self._table_device()}]"
         else:
             route, note = self.route(M, N, K, dtype, device, gate), ""
-            untimed = self._guard.untimed.get(f"{M}x{N}x{K}:{name}:TN" + (f":{gate}" if gated else ""))
+            untimed = self._guard.untimed.get(_key(M, N, K, name, gate))
             note = f" [guard: {untimed}]" if untimed and route.path != "guarded" else ""
-            unverified = self._unverified.get((_where(M, N, K, name, gate), live.index))
+            unverified = self._unverified.get((_key(M, N, K, name, gate), live.index))
             note += f" [{unverified}]" if unverified and route.entry is not None else ""
         return f"{M}x{N}x{K} {name}{gated}: {route.path}: {route.reason}{note}"
 
@@ -385,7 +388,7 @@ class Dispatcher:
 
 def stock_gated(a: torch.Tensor, b: torch.Tensor, gate: str) -> torch.Tensor:
     """The gated GEMM in the stock form (method.stock), into a new C."""
-    c = torch.empty(a.shape[0], b.shape[0] // 2, dtype=a.dtype, device=a.device)
+    c = torch.empty(a.shape[0], out_cols(b, gate), dtype=a.dtype, device=a.device)
     method.stock(a, b, gate, c)
     return c
 

@@ -7,9 +7,12 @@
 // in flight with 2D TMA loads of 64-k boxes (128-byte swizzle, mbarrier-completed): the bytes in
 // flight cost no registers and 2*BK/64 instructions per chunk (one bulk copy per row, tried
 // first, was bound by the copy rate: twice as slow at M=16 as at M=1). TMA zero-fills rows past
-// N or M and k past K, so edges need no code. WARPS consumer warps take the chunk's k16 steps
-// in turn: ldmatrix through the swizzle (conflict-free), swap-AB mma.sync m16n8k16 (B's rows are
-// the MMA's 16-row side, the few rows of A its 8-wide side), then release the stage.
+// N or M and k past K, so edges need no code. WARPS consumer warps in WN groups split a stage's
+// BN rows (WN slices of BN/WN rows) and, within a slice, take its k16 steps in turn: ldmatrix
+// through the swizzle (conflict-free), swap-AB mma.sync m16n8k16 (B's rows are the MMA's 16-row
+// side, the few rows of A its 8-wide side), then release the stage. WN > 1 is for M = 33-64:
+// there A's rows rival the weight's, and a wide tile (BN 96-128) cuts the A bytes each weight
+// byte brings through L2 and shared memory, while each warp keeps only its slice's accumulators.
 //
 // Work: a CTA owns BN rows of B; a cluster of CK CTAs splits K (rank r takes chunks r*P..); the
 // epilogue (tunefw/swapab_reduce.cuh) sums the warps in shared memory and the cluster's CTAs
@@ -41,14 +44,14 @@ __device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], u32 addr) {
 // Shared memory (from a 1024-byte aligned base, as the 128-byte swizzle needs): the ring of
 // STAGES stages, each BK/64 boxes of B (BN rows x 128 bytes) then BK/64 boxes of A (MT*8 rows),
 // then the epilogue's partial tiles, then 2*STAGES mbarriers (full, empty).
-template <int BN, int MT, int BK, int STAGES, int WARPS>
+template <int BN, int MT, int BK, int STAGES, int WARPS, int WN>
 struct Layout {
   static constexpr int BOXES = BK / 64;
   static constexpr int B_BOX = BN * 128, A_BOX = MT * 8 * 128;
   static constexpr int A_OFF = BOXES * B_BOX;
   static constexpr int STAGE = BOXES * (B_BOX + A_BOX);
   static constexpr int RING = STAGES * STAGE;
-  static constexpr int PARTIALS = swapab::Partials<BN, MT, WARPS>::bytes;
+  static constexpr int PARTIALS = swapab::Partials<BN, MT, WARPS / WN>::bytes;
   static constexpr int BARS = RING + PARTIALS;
   static constexpr int bytes = BARS + 2 * STAGES * 8 + 1024;  // + the alignment slack
 };
@@ -59,19 +62,19 @@ __device__ __forceinline__ u32 swizzled(u32 base, int box, int row, int k) {
   return base + (u32)((k >> 6) * box + row * 128 + ((((k >> 3) & 7) ^ (row & 7)) << 4));
 }
 
-// Consumer: warp `warp` multiplies k16 steps warp, warp + WARPS, ... of one resident chunk of
-// `steps` k16 steps (TMA zero-filled whatever lies past K).
-template <int DTYPE, int BN, int MT, int BK, int WARPS>
+// Consumer: warp `warp` multiplies rows (warp % WN) * BN/WN .. + BN/WN of k16 steps warp / WN,
+// + WARPS/WN, ... of one resident chunk of `steps` k16 steps (TMA zero-filled what lies past K).
+template <int DTYPE, int BN, int MT, int BK, int WARPS, int WN>
 __device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int lane,
-                                          float (&acc)[BN / 16][MT][4]) {
-  constexpr int RT = BN / 16;
-  using L = Layout<BN, MT, BK, 1, WARPS>;
+                                          float (&acc)[BN / WN / 16][MT][4]) {
+  constexpr int RT = BN / WN / 16, WK = WARPS / WN;
+  using L = Layout<BN, MT, BK, 1, WARPS, WN>;
   // ldmatrix rows: x4 over a 16x16 B tile (lanes 0-15 k 0-7, 16-31 k 8-15), x2 over an 8x16
   // A tile (lanes 0-7 k 0-7, 8-15 k 8-15).
-  const int b_row = lane & 15, b_k = (lane >> 4) * 8;
+  const int b_row = (warp % WN) * (BN / WN) + (lane & 15), b_k = (lane >> 4) * 8;
   const int a_row = lane & 7, a_k = ((lane >> 3) & 1) * 8;
 #pragma unroll 2
-  for (int t = warp; t < steps; t += WARPS) {
+  for (int t = warp / WN; t < steps; t += WK) {
     u32 a[RT][4], b[MT][2];
 #pragma unroll
     for (int i = 0; i < RT; ++i)
@@ -89,7 +92,8 @@ __device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int la
 }  // namespace stream
 }  // namespace tunefw
 
-template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int GATED = 0>
+template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int WN,
+          int GATED = 0>
 __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     gemm_stream_sm90(const __grid_constant__ tunefw::stream::TensorMap tmap_a,
                      const __grid_constant__ tunefw::stream::TensorMap tmap_b,
@@ -97,8 +101,9 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
                      int K) {
   using namespace tunefw;
   using namespace tunefw::stream;
-  using L = Layout<BN, MT, BK, STAGES, WARPS>;
-  constexpr int RT = BN / 16;
+  using L = Layout<BN, MT, BK, STAGES, WARPS, WN>;
+  static_assert(WARPS % WN == 0 && BN % (16 * WN) == 0, "WN slices of whole 16-row tiles");
+  constexpr int RT = BN / WN / 16;
   constexpr int THREADS = (WARPS + 1) * 32;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
 
@@ -158,13 +163,13 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     for (int ch = c_begin; ch < c_end; ++ch) {
       const int j = ch - c_begin, s = j % STAGES;
       sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
-      mma_chunk<DTYPE, BN, MT, BK, WARPS>(ring + (u32)(s * L::STAGE),
+      mma_chunk<DTYPE, BN, MT, BK, WARPS, WN>(ring + (u32)(s * L::STAGE),
                                           (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(empty + s * 8);
     }
   }
 
-  swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS, GATED>(
+  swapab::reduce_store<DTYPE, BN, MT, WARPS, CK, THREADS, GATED, WN>(
       reinterpret_cast<float*>(smem + L::RING), acc, tid, rank, n0, C, bias, M, N);
 }

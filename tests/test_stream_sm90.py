@@ -11,7 +11,7 @@ from tunefw.problem import GemmProblem
 from tunefw.templates import get_family
 
 STREAM = get_family("stream_sm90")
-BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1}
+BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1, "WN": 1}
 DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16, 32, 48, 64)
           for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
 
@@ -39,6 +39,16 @@ def test_the_register_rule_takes_the_cap_ptxas_gives_the_block_size():
     assert "168 a CTA of 288 threads" in check(nine, 64)
     assert check({**wide, "WARPS": 4}, 64) is None
     assert check({**wide, "MTILES": 6, "WARPS": 4}, 48) is None
+    # WN warps split the rows: each holds BN/WN rows' accumulators, so BN 128 fits at WN 4
+    tile = {**wide, "BN": 128, "WARPS": 2, "STAGES": 2, "CK": 4}
+    assert "register estimate 400/thread (BN/WN/16" in check(tile, 64)
+    assert check({**tile, "WN": 2}, 64) is None
+
+
+def test_wn_must_divide_the_warps_and_the_rows_in_whole_mma_tiles():
+    assert "WN=4 does not divide the WARPS=2" in check({"WARPS": 2, "WN": 4, "BN": 64}, 1)
+    assert "BN=48 does not split into WN=2 slices" in check({"BN": 48, "WN": 2}, 1)
+    assert check({"BN": 96, "WN": 2}, 1) is None
 
 
 def test_work_rules_name_the_knob_and_the_shape():
@@ -55,6 +65,10 @@ def test_shared_memory_is_the_ring_the_partials_the_barriers_and_the_alignment_s
     assert STREAM.smem_bytes(config) == ring + 4 * 16 * 36 * 4 + 6 * 16 + 1024
     big = {**BASE, "BN": 64, "MTILES": 4, "BK": 512, "STAGES": 8}
     assert "shared memory" in check(big, 32)
+    # one partial tile per K slot: WARPS/WN of them
+    split = {**config, "BN": 64, "WN": 2}
+    assert STREAM.smem_bytes(split) == (6 * (64 + 16) * 2 * 256 + 2 * 16 * 68 * 4 + 6 * 16
+                                        + 1024)
 
 
 def test_launch_geometry_follows_the_config():
@@ -76,13 +90,16 @@ def test_every_decode_shape_gets_valid_seeds():
 
 
 def test_name_expression_orders_the_template_arguments_as_the_kernel():
-    assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1>"
+    assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 1>"
 
 
 def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):
     configs = valid_sample(STREAM, 6, 3, SHAPES) + [
         {**BASE, "CK": 16, "WARPS": 8, "BK": 128, "MTILES": 4, "BN": 64, "STAGES": 2},
         {**BASE, "CK": 2, "WARPS": 4, "BK": 128, "MTILES": 8, "BN": 64, "STAGES": 4},  # 218 regs
+        # wide tiles split over warps: 4 slices of 32 rows; 2 slices of 48 (254 regs), CK 3
+        {**BASE, "CK": 4, "WARPS": 4, "WN": 4, "BK": 128, "MTILES": 8, "BN": 128, "STAGES": 3},
+        {**BASE, "CK": 3, "WARPS": 4, "WN": 2, "BK": 128, "MTILES": 8, "BN": 96, "STAGES": 3},
     ]
     assert_compiles_clean(STREAM, configs, pool, "UTMALDG")
 

@@ -42,11 +42,19 @@ SEED_SHAPES = (
 
 # M = 33-64 (MTILES 6, 8): A's 48-64 rows a stage take as much shared memory as the weight's, so
 # the shapes above mostly do not fit; these halve the stage depth. Not measured yet: sized so
-# that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each.
+# that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each. The WN ones are
+# wide tiles for the same M: at BN = 48 every weight byte brings 1.33 bytes of A through L2 and
+# shared memory (2.67-2.92 TB/s measured, membound4_m64_probe_h200.json), at BN = 96-128 it
+# brings 0.5-0.67, with WN warps splitting the rows so each holds a slice's accumulators only;
+# CK makes 128-129 CTAs of N = 4096 (BN 128 x 4, BN 96 x 3) and 6144 (BN 96 x 2).
 WIDE_M_SHAPES = (
     {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 2},
     {"BN": 32, "BK": 128, "STAGES": 6, "WARPS": 4, "CK": 1},
     {"BN": 48, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 1},
+    {"BN": 128, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 4, "CK": 4},
+    {"BN": 96, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 2, "CK": 2},
+    {"BN": 96, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 2, "CK": 3},
+    {"BN": 128, "BK": 128, "STAGES": 3, "WARPS": 8, "WN": 4, "CK": 2},
 )
 
 
@@ -69,8 +77,9 @@ class StreamSm90(KernelTemplate):
     programmatic_launch = True  # pdl_wait() before any global memory access
 
     params = (
-        Param("BN", (32, 16, 48, 64), "rows of B (columns of C) per CTA, in 16-row MMA tiles "
-              "(48: N = 6144 in 128 CTAs, one wave of 132 SMs)"),
+        Param("BN", (32, 16, 48, 64, 80, 96, 112, 128),
+              "rows of B (columns of C) per CTA, in 16-row MMA tiles (48: N = 6144 in 128 CTAs, "
+              "one wave of 132 SMs; 96-128 with WN > 1 for M = 33-64)"),
         Param("MTILES", (1, 2, 4, 6, 8),
               "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped); "
               "6 and 8 carry M = 33-64, where the activations a CTA reads match its weight rows"),
@@ -78,8 +87,12 @@ class StreamSm90(KernelTemplate):
         Param("STAGES", (4, 2, 3, 6, 8), "ring stages in flight (bulk copies ahead of the MMAs)"),
         Param("WARPS", (4, 1, 2, 8), "consumer warps (plus one producer warp); they take a "
               "stage's k16 steps in turn"),
-        Param("CK", (1, 2, 4, 8, 16),
+        Param("CK", (1, 2, 4, 8, 16, 3),
               "CTAs of a cluster splitting K, reduced through DSMEM in rank order"),
+        Param("WN", (1, 2, 4), "groups of consumer warps splitting the CTA's BN rows (each warp "
+              "holds BN/WN rows' accumulators; WARPS/WN warps per slice split K): wide tiles "
+              "that read A once per BN weight rows without the registers of BN/16 MMA tiles",
+              absent=1),
     )
 
     seeds = (tuple({**shape, "MTILES": mt} for mt in (1, 2, 4, 6, 8) for shape in SEED_SHAPES)
@@ -92,12 +105,12 @@ class StreamSm90(KernelTemplate):
         alignment slack (as stream::Layout in the .cuh)."""
         bn, mt = config["BN"], config["MTILES"]
         ring = config["STAGES"] * (bn + 8 * mt) * config["BK"] * 2
-        partials = config["WARPS"] * mt * 8 * (bn + 4) * 4
+        partials = config["WARPS"] // config["WN"] * mt * 8 * (bn + 4) * 4  # a tile per K slot
         return ring + partials + 16 * config["STAGES"] + ALIGN_SLACK
 
     @staticmethod
     def regs_estimate(config: Config) -> int:
-        rt, mt = config["BN"] // 16, config["MTILES"]
+        rt, mt = config["BN"] // config["WN"] // 16, config["MTILES"]
         return rt * mt * 4 + 2 * (rt * 4 + mt * 2) + REG_OVERHEAD  # acc + two steps of fragments
 
     def estimate(self, config: Config) -> Resources:
@@ -110,6 +123,11 @@ class StreamSm90(KernelTemplate):
         reason = swap_ab_tile_reason(config, problem)
         if reason:
             return reason
+        wn = config["WN"]
+        if config["WARPS"] % wn:
+            return f"WN={wn} does not divide the WARPS={config['WARPS']} consumer warps"
+        if config["BN"] % (16 * wn):
+            return f"BN={config['BN']} does not split into WN={wn} slices of whole 16-row MMA tiles"
         chunks, ck = _cdiv(problem.K, config["BK"]), config["CK"]
         if _cdiv(chunks, ck) * (ck - 1) >= chunks:
             return (f"CK={ck} with ceil(K/BK) = {chunks} stages of K={problem.K} leaves the last "
@@ -118,12 +136,12 @@ class StreamSm90(KernelTemplate):
             return f"CK={ck} > {MAX_CLUSTER} CTAs per cluster"
         smem = self.smem_bytes(config)
         if smem > device.smem_per_block_optin:
-            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + partials = {smem} B > "
+            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + WARPS/WN partial tiles = {smem} B > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
         cap = ptxas_register_cap(device, threads)
         if regs > cap:
-            return (f"register estimate {regs}/thread (BN/16*MTILES*4 accumulators and two steps "
+            return (f"register estimate {regs}/thread (BN/WN/16*MTILES*4 accumulators and two steps "
                     f"of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")
         return None
 

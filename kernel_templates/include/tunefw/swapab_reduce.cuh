@@ -2,9 +2,11 @@
 // (skinny_sm90, stream_sm90), which compute C^T = B A^T with mma.sync m16n8k16 and split K over
 // warps and over the CTAs of a thread-block cluster.
 //
-// Each of PW warps holds acc[RT][MT][4] for a BN x 8*MT tile of C^T in the m16n8k16 accumulator
-// layout: acc[i][t][j] is C^T(n = i*16 + g + 8*(j >= 2), m = t*8 + 2c + (j&1)). The partials go
-// to shared memory, are summed in warp order, then (CK > 1) rank r sums its share of the tile
+// Each of PW warps holds acc[RT][MT][4] for a BN/WN x 8*MT slice of a BN x 8*MT tile of C^T in
+// the m16n8k16 accumulator layout: acc[i][t][j] is C^T(n = i*16 + g + 8*(j >= 2), m = t*8 + 2c +
+// (j&1)) of the slice, warp w's slice being columns (w % WN) * BN/WN on (WN warps split the
+// tile's rows of B, PW/WN split K). The partials go to shared memory (PW/WN full tiles), are
+// summed in slot order, then (CK > 1) rank r sums its share of the tile
 // over the cluster's CTAs through DSMEM in rank order, adds the bias and writes C with 16-byte
 // stores. No global workspace, nothing persists between launches, the same bits every launch.
 // GATED (tunefw/gate.cuh): tile columns n < BN/2 are the gate's and n + BN/2 the same output
@@ -55,28 +57,31 @@ __device__ __forceinline__ void store_group(u16* C, const u16* bias, int m, int 
   st_global_v4_u32(C + (long long)m * N + n, out[0], out[1], out[2], out[3]);
 }
 
-// Shared memory: PW partial tiles of MT*8 rows (m) x BN columns (n), rows padded by 4 floats
-// so that the accumulator stores of a warp hit 32 different banks.
-template <int BN, int MT, int PW>
+// Shared memory: one partial tile of MT*8 rows (m) x BN columns (n) per K slot (SLOTS = the
+// warps that split K), rows padded by 4 floats so that the accumulator stores of a warp hit 32
+// different banks.
+template <int BN, int MT, int SLOTS>
 struct Partials {
   static constexpr int ROW = BN + 4;
   static constexpr int TILE = MT * 8 * ROW;
-  static constexpr int bytes = PW * TILE * 4;
+  static constexpr int bytes = SLOTS * TILE * 4;
 };
 
 // The epilogue, called by all THREADS threads of the CTA (and, CK > 1, of every CTA of the
 // cluster); warps below PW hand in their accumulators, the others only help reduce and store.
 // n0: the tile's first column of C (BN/2 wide under GATED, else BN).
-template <int DTYPE, int BN, int MT, int PW, int CK, int THREADS, int GATED = 0>
-__device__ __forceinline__ void reduce_store(float* smem, const float (&acc)[BN / 16][MT][4],
+template <int DTYPE, int BN, int MT, int PW, int CK, int THREADS, int GATED = 0, int WN = 1>
+__device__ __forceinline__ void reduce_store(float* smem, const float (&acc)[BN / WN / 16][MT][4],
                                              int tid, int rank, int n0, u16* C, const u16* bias,
                                              int M, int N) {
-  using P = Partials<BN, MT, PW>;
-  constexpr int RT = BN / 16;
+  static_assert(PW % WN == 0 && BN % (16 * WN) == 0, "WN warps split BN in 16-row tiles");
+  constexpr int SLOTS = PW / WN;
+  using P = Partials<BN, MT, SLOTS>;
+  constexpr int RT = BN / WN / 16;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
   if (PW * 32 == THREADS || warp < PW) {  // every warp holds partials unless some only help
-    float* mine = smem + warp * P::TILE;
+    float* mine = smem + (warp / WN) * P::TILE + (warp % WN) * (BN / WN);
 #pragma unroll
     for (int i = 0; i < RT; ++i)
 #pragma unroll
@@ -96,14 +101,14 @@ __device__ __forceinline__ void reduce_store(float* smem, const float (&acc)[BN 
   constexpr int GROUPS = MT * 8 * NG;
   const int m_rows = imin(M, MT * 8);
   if (CK > 1) {
-    // Sum this CTA's warps into tile 0; rank r then finishes groups r, r + CK, ... over the
+    // Sum this CTA's slots into tile 0; rank r then finishes groups r, r + CK, ... over the
     // cluster's tiles (DSMEM, rank order: deterministic).
     constexpr int QUADS = MT * 8 * (BN / 4);
     for (int q = tid; q < QUADS; q += THREADS) {
       const int m = q / (BN / 4), n = (q % (BN / 4)) * 4;
       if (m >= m_rows) continue;
       float4 s = *reinterpret_cast<const float4*>(smem + m * P::ROW + n);
-      for (int w = 1; w < PW; ++w) {
+      for (int w = 1; w < SLOTS; ++w) {
         const float4 x = *reinterpret_cast<const float4*>(smem + w * P::TILE + m * P::ROW + n);
         s.x += x.x; s.y += x.y; s.z += x.z; s.w += x.w;
       }
@@ -112,13 +117,13 @@ __device__ __forceinline__ void reduce_store(float* smem, const float (&acc)[BN 
     sm90::cluster_sync();
   }
   const u32 base = sm90::smem_u32(smem);
-  // The finished sums of tile columns n..n+7 of row m: the warps' partials in warp order
+  // The finished sums of tile columns n..n+7 of row m: the slots' partials in slot order
   // (CK 1), or the cluster's tiles in rank order (CK > 1).
   auto sum8 = [&](int m, int n, float (&s)[8]) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) s[e] = 0.f;
     if (CK == 1) {
-      for (int w = 0; w < PW; ++w) {
+      for (int w = 0; w < SLOTS; ++w) {
         const float4* src = reinterpret_cast<const float4*>(smem + w * P::TILE + m * P::ROW + n);
         const float4 lo = src[0], hi = src[1];
         s[0] += lo.x; s[1] += lo.y; s[2] += lo.z; s[3] += lo.w;

@@ -42,6 +42,10 @@
 #   stream64    (300) decode_probe.py: stream_sm90 at M = 40 and 64 (MTILES 6 and 8, new: the
 #                     TMA-ring family that beats cuBLAS 1.22x at 32x4096x4096, where wgmma_sm90
 #                     stops at 0.90-0.98 for M = 64) over Llama's four layers and the edge shapes
+#   streamwn    (360) decode_probe.py: stream_sm90 at M = 32 and 64 with WN (warps splitting a
+#                     CTA's 96-128 weight rows: A read once per wider tile; stream64's M = 64
+#                     best was 0.80-0.95x cuBLAS at BN 32-64) over Llama's four layers, and
+#                     random valid configs (WN included) verified on the edge shapes
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -178,6 +182,8 @@ for name in "$@"; do
         --commit "$TUNEFW_COMMIT" --budget-s 170 --out "$OUT/hf_llama_nopdl_h200.json" ;;
     stream64) step stream64 300 python3 benchmarks/decode_probe.py --families stream_sm90 \
         --m 40,64 --per-shape 24 --edge-configs 12 --name stream64_probe ;;
+    streamwn) step streamwn 360 python3 benchmarks/decode_probe.py --families stream_sm90 \
+        --m 32,64 --per-shape 20 --edge-configs 16 --name stream_wn_probe ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

@@ -46,6 +46,9 @@
 #                     CTA's 96-128 weight rows: A read once per wider tile; stream64's M = 64
 #                     best was 0.80-0.95x cuBLAS at BN 32-64) over Llama's four layers, and
 #                     random valid configs (WN included) verified on the edge shapes
+#   sanitizewn  (360) compute-sanitizer memcheck + racecheck on 3 stream_sm90 configs with WN = 4
+#                     that split K (the sliced partial tiles and the cluster's DSMEM sums) on
+#                     edge shapes of M = 33-64
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -184,6 +187,10 @@ for name in "$@"; do
         --m 40,64 --per-shape 24 --edge-configs 12 --name stream64_probe ;;
     streamwn) step streamwn 360 python3 benchmarks/decode_probe.py --families stream_sm90 \
         --m 32,64 --per-shape 20 --edge-configs 16 --name stream_wn_probe ;;
+    sanitizewn) step sanitizewn 360 python3 benchmarks/sanitize_h200.py --family stream_sm90 \
+        --tools memcheck,racecheck --split-k --where WN=4 --sample 3 \
+        --shapes 33x136x1032,64x200x520,40x1032x1040 --timeout 110 \
+        --out "$OUT/sanitize_stream_sm90_wn_h200.json" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

@@ -2,11 +2,11 @@
 weight through a deep shared-memory ring filled by TMA.
 
 A producer thread keeps STAGES chunks of BN rows x BK k in flight (2D TMA boxes of 64 k,
-128-byte swizzle, mbarrier-completed, edges zero-filled), WARPS consumer warps multiply them with swap-AB
-mma.sync, a cluster of CK CTAs splits K and the epilogue reduces in shared memory and DSMEM in a
-fixed order (deterministic, no workspace). Bytes in flight cost shared memory, not registers,
-so a CTA can hold 64-200 KB of loads at once. This file is the one declaration of its space,
-its rules and its launch.
+128-byte swizzle, mbarrier-completed, edges zero-filled), WARPS consumer warps multiply them
+with swap-AB mma.sync (WN groups of them splitting the BN rows), a cluster of CK CTAs splits K
+and the epilogue reduces in shared memory and DSMEM in a fixed order (deterministic, no
+workspace). Bytes in flight cost shared memory, not registers, so a CTA can hold 64-200 KB of
+loads at once. This file is the one declaration of its space, its rules and its launch.
 """
 from __future__ import annotations
 

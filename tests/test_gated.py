@@ -109,7 +109,9 @@ def test_reference_and_stock_compute_silu_of_the_gate_times_the_up_projection():
 
 
 def test_gated_kernels_compile_clean_and_differ_from_the_plain_ones(pool):  # noqa: F811
-    for family, config, op in ((STREAM, STREAM_CFG, "HMMA"), (WGMMA, WGMMA_CFG, "HGMMA"),
+    wide = {**STREAM_CFG, "BN": 128, "MTILES": 8, "BK": 128, "WN": 4, "CK": 4}  # sliced warps
+    for family, config, op in ((STREAM, STREAM_CFG, "HMMA"), (STREAM, wide, "HMMA"),
+                               (WGMMA, WGMMA_CFG, "HGMMA"),
                                (WGMMA, {**WGMMA_CFG, "SPLIT_K": 2, "BM": 64, "BN": 128,
                                         "STAGES": 8, "EPILOGUE": "direct"}, "HGMMA")):
         gated = pool.submit(family, config, "bf16", "sm_90a", gate="silu").result()

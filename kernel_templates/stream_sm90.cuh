@@ -92,8 +92,8 @@ __device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int la
 }  // namespace stream
 }  // namespace tunefw
 
-template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int WN,
-          int GATED = 0>
+template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int GATED = 0,
+          int WN = 1>
 __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     gemm_stream_sm90(const __grid_constant__ tunefw::stream::TensorMap tmap_a,
                      const __grid_constant__ tunefw::stream::TensorMap tmap_b,

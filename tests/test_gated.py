@@ -58,9 +58,9 @@ def test_families_without_a_gated_epilogue_refuse_gated_problems(family):
 
 def test_the_gate_is_the_last_template_argument_and_plain_names_are_unchanged():
     assert (STREAM.name_expression(STREAM_CFG, "bf16")
-            == "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>")
+            == "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1>")
     assert (STREAM.name_expression(STREAM_CFG, "bf16", "silu")
-            == "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1, 1>")
+            == "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>")
     plain = WGMMA.name_expression(WGMMA_CFG, "bf16")
     assert WGMMA.name_expression(WGMMA_CFG, "bf16", "silu") == plain[:-1] + ", 1>"
 
@@ -162,7 +162,7 @@ def test_dispatch_json_and_the_header_keep_the_gate(tmp_path):
     assert load(path).entries == [GATED_ENTRY, plain]
     header = render(_table(GATED_ENTRY, plain), "cpp")  # the header serves both (test_export_cpp)
     assert "kNumEntries = 2;" in header
-    assert "Gate::silu, \"gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1, 1>\", 9," in header
+    assert "Gate::silu, \"gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>\", 9," in header
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ def test_the_dispatcher_routes_a_gated_shape_to_its_own_gate_only():
     d = Dispatcher(_table(), gpu=H200, guard=False, verify=False)
     gated = d.route(16, 14336, 4096, "bf16", gate="silu")
     assert gated.path == "exact" and gated.entry.gate == "silu"
-    assert "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1, 1>" in gated.reason  # its gated kernel
+    assert "gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>" in gated.reason  # its gated kernel
     plain = d.route(16, 14336, 4096, "bf16")  # the plain GEMM of that shape: never the gated kernel
     assert plain.entry is None or plain.entry.gate == "none"
     assert d.route(16, 28672, 4096, "bf16").entry.gate == "none"

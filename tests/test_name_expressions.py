@@ -2,9 +2,12 @@
 produced before their template arguments were derived from the parameter declarations."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tunefw.templates import get_family
+from tunefw.templates import FAMILIES, get_family
+from tunefw.templates.base import TEMPLATE_DIR
 
 PINNED = [
     # mma_sm80
@@ -54,6 +57,29 @@ def test_name_expression_is_pinned(family: str, config: dict, dtype: str, expect
     fam = get_family(family)
     # A knob declared since the pin (Param.absent, appended last) reads the pinned config as
     # its old value: one more template argument, the kernel otherwise the same expression.
-    added = [p.cpp_arg(p.absent) for p in fam.params if p.absent is not None and p.name not in config]
+    # (one declared after GATED, Param.after_gate, is left out at its absent value: its default)
+    added = [p.cpp_arg(p.absent) for p in fam.params
+             if p.absent is not None and not p.after_gate and p.name not in config]
     expected = expected[:-1] + "".join(f", {a}" for a in added) + ">"
     assert fam.name_expression(fam.upgrade(config), dtype) == expected
+
+
+
+LATE = sorted(f for f in FAMILIES if any(p.after_gate for p in get_family(f).params))
+
+
+@pytest.mark.parametrize("family", LATE)
+def test_knobs_after_gated_follow_it_in_the_kernel_with_their_absent_value_as_default(family):
+    """name_expression() drops a trailing knob at its absent value: the kernel must declare it
+    after GATED with exactly that default, or the dropped argument would mean something else."""
+    fam = get_family(family)
+    late = [f"int {p.name} = {p.cpp_arg(p.absent)}" for p in fam.params if p.after_gate]
+    signature = re.search(rf"template\s*<([^>]*)>\s*__global__[^;{{]*?\b{fam.kernel}\s*\(",
+                          (TEMPLATE_DIR / fam.source).read_text())
+    declared = [" ".join(a.split()) for a in signature.group(1).split(",")]
+    assert declared[-len(late) - 1:] == ["int GATED = 0"] + late
+    assert len(declared) == len(fam.template_args(fam.default_config(), "bf16"))
+
+
+def test_stream_sm90_declares_a_knob_after_gated():
+    assert "stream_sm90" in LATE  # the test above checks a real kernel

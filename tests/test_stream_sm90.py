@@ -90,7 +90,13 @@ def test_every_decode_shape_gets_valid_seeds():
 
 
 def test_name_expression_orders_the_template_arguments_as_the_kernel():
-    assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 1>"
+    # WN follows GATED (its C++ default 1): at WN 1 the names are those of the kernels before it
+    assert STREAM.name_expression(BASE, "fp16") == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1>"
+    assert STREAM.name_expression({**BASE, "WN": 2}, "fp16") \
+        == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 0, 2>"
+    assert STREAM.name_expression({**BASE, "WN": 2}, "fp16", "silu") \
+        == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 1, 2>"
+    assert STREAM.template_args(BASE, "fp16") == ["1", "32", "1", "256", "4", "4", "1", "0", "1"]
 
 
 def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):

@@ -50,7 +50,7 @@ class FaultFamily(KernelTemplate):
         smem = TOO_MUCH_SMEM_BYTES if config["fault"] == "too_much_smem" else 0
         return Resources(threads=TILE * TILE, regs_per_thread=32, smem_bytes=smem)
 
-    def template_args(self, config: Config, dtype: str) -> list[str]:
+    def template_args(self, config: Config, dtype: str, gate: str = "none") -> list[str]:
         return [str(FAULTS.index(config["fault"])), str(DTYPE_CODE[dtype])]
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
@@ -86,7 +86,7 @@ class _CompileOnly(KernelTemplate):
     def _check(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> str | None:
         return None
 
-    def template_args(self, config: Config, dtype: str) -> list[str]:
+    def template_args(self, config: Config, dtype: str, gate: str = "none") -> list[str]:
         return [str(config["x"])]
 
 

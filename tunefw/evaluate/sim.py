@@ -181,7 +181,7 @@ class _BrokenTemplate(KernelTemplate):
     source = "broken.cuh"
     kernel = "broken_kernel"
 
-    def template_args(self, config: dict, dtype: str) -> list[str]:
+    def template_args(self, config: dict, dtype: str, gate: str = "none") -> list[str]:
         return ["1"]
 
 

@@ -71,7 +71,7 @@ def _template_args(e: DispatchEntry, index: int) -> list[str]:
     reason = config_reason(e.family, e.config)
     if reason:
         raise UserError(f"--format cpp: entries[{index}].config: {reason}")
-    args = FAMILIES[e.family].template_args(e.config, e.dtype) + ([1] if e.gate != "none" else [])
+    args = FAMILIES[e.family].template_args(e.config, e.dtype, e.gate)
     return [cpp_int(a, f"entries[{index}] template argument {k}") for k, a in enumerate(args)]
 
 
@@ -111,11 +111,15 @@ def _cpp_evidence(table: DispatchTable) -> str:
 
 
 def _knob_prelude(family: str) -> str:
-    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family."""
+    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family
+    (a knob declared after GATED sits after it: template_args' order)."""
     if family not in KNOBS_FROM_ARGS:
         return ""
-    return "".join(f"  [[maybe_unused]] const int64_t {p.name} = e.args[{i + 1}];\n"
-                   for i, p in enumerate(FAMILIES[family].params))
+    params = FAMILIES[family].params
+    order = [p for p in params if not p.after_gate] + [p for p in params if p.after_gate]
+    gated = any(p.after_gate for p in params)  # then every entry's args hold GATED
+    return "".join(f"  [[maybe_unused]] const int64_t {p.name} = "
+                   f"e.args[{i + 1 + (gated and p.after_gate)}];\n" for i, p in enumerate(order))
 
 
 def render_cpp(table: DispatchTable) -> str:

@@ -269,15 +269,22 @@ class KernelTemplate:
         """Threads, registers per thread and shared memory of one block (for check())."""
         raise NotImplementedError
 
-    def template_args(self, config: Config, dtype: str) -> list[str]:
-        """The C++ template arguments: the dtype code, then each param's token in declared order
-        (the kernel's template parameter order). A config outside the space is refused."""
+    def template_args(self, config: Config, dtype: str, gate: str = "none") -> list[str]:
+        """Every C++ template argument, in the kernel's order: the dtype code, each param's token
+        in declared order, then GATED (where gated, or where knobs follow it) and the knobs
+        declared after it (Param.after_gate). A config outside the space is refused."""
         if dtype not in self.dtype_codes:
             raise UserError(f"dtype {dtype!r}: expected one of {sorted(self.dtype_codes)}")
+        if gate not in self.gates:
+            raise UserError(f"gate {gate!r}: {self.family} computes {', '.join(self.gates)}")
         reason = self.space_reason(config)
         if reason:
             raise UserError(reason)
-        return [str(self.dtype_codes[dtype])] + [p.cpp_arg(config[p.name]) for p in self.params]
+        late = [p for p in self.params if p.after_gate]
+        gated = ["1" if gate != "none" else "0"] if gate != "none" or late else []
+        return ([str(self.dtype_codes[dtype])]
+                + [p.cpp_arg(config[p.name]) for p in self.params if not p.after_gate]
+                + gated + [p.cpp_arg(config[p.name]) for p in late])
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         raise NotImplementedError
@@ -301,8 +308,12 @@ class KernelTemplate:
     # ---- derived ----------------------------------------------------------------------------
     def name_expression(self, config: Config, dtype: str, gate: str = "none") -> str:
         """The instantiation NVRTC compiles and looks up, e.g. ``gemm_mma_sm80<...>``: the
-        template arguments, then GATED=1 for a gated problem (a gate the kernel lacks is refused)."""
-        if gate not in self.gates:
-            raise UserError(f"gate {gate!r}: {self.family} computes {', '.join(self.gates)}")
-        gated = [] if gate == "none" else ["1"]
-        return f"{self.kernel}<{', '.join(self.template_args(config, dtype) + gated)}>"
+        template arguments without the trailing ones at their C++ defaults (GATED 0, a later
+        knob at its absent value), so adding a knob renames no stored kernel."""
+        args = self.template_args(config, dtype, gate)
+        fixed = 1 + sum(not p.after_gate for p in self.params)  # the dtype and the first knobs
+        tail, defaults = args[fixed:], ["0"] + [p.cpp_arg(p.absent) for p in self.params
+                                                if p.after_gate]
+        while tail and tail[-1] == defaults[len(tail) - 1]:
+            tail.pop()
+        return f"{self.kernel}<{', '.join(args[:fixed] + tail)}>"

@@ -36,6 +36,9 @@ class Param:
     # For a knob added to a family later: the value a config written before it existed means
     # (the kernel's old behaviour), so stored tables and trials keep loading (KernelTemplate.upgrade).
     absent: Any = None
+    # A knob added after the kernel's GATED argument: declared after it with ``absent`` as its
+    # C++ default, so a config at that value keeps the name, and so the shipped cubin, it had.
+    after_gate: bool = False
 
     def __post_init__(self) -> None:
         if not self.values:
@@ -51,6 +54,8 @@ class Param:
             raise ValueError(f"{self.name}: encoding 'int' needs int values in an arithmetic range")
         if self.cpp is not None and set(self.cpp) != set(self.values):
             raise ValueError(f"{self.name}: cpp must map exactly the values {list(self.values)}")
+        if self.after_gate and self.absent is None:
+            raise ValueError(f"{self.name}: after_gate needs the absent value (its C++ default)")
         if self.absent is not None and self.absent not in self.values:
             raise ValueError(f"{self.name}: absent={self.absent!r} is not one of {list(self.values)}")
 

@@ -92,7 +92,7 @@ class StreamSm90(KernelTemplate):
         Param("WN", (1, 2, 4), "groups of consumer warps splitting the CTA's BN rows (each warp "
               "holds BN/WN rows' accumulators; WARPS/WN warps per slice split K): wide tiles "
               "that read A once per BN weight rows without the registers of BN/16 MMA tiles",
-              absent=1),
+              absent=1, after_gate=True),
     )
 
     seeds = (tuple({**shape, "MTILES": mt} for mt in (1, 2, 4, 6, 8) for shape in SEED_SHAPES)

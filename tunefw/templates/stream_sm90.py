@@ -42,19 +42,13 @@ SEED_SHAPES = (
 
 # M = 33-64 (MTILES 6, 8): A's 48-64 rows a stage take as much shared memory as the weight's, so
 # the shapes above mostly do not fit; these halve the stage depth. Not measured yet: sized so
-# that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each. The WN ones are
-# wide tiles for the same M: at BN = 48 every weight byte brings 1.33 bytes of A through L2 and
-# shared memory (2.67-2.92 TB/s measured, membound4_m64_probe_h200.json), at BN = 96-128 it
-# brings 0.5-0.67, with WN warps splitting the rows so each holds a slice's accumulators only;
-# CK makes 128-129 CTAs of N = 4096 (BN 128 x 4, BN 96 x 3) and 6144 (BN 96 x 2).
+# that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each. No WN > 1 seed:
+# the wide tiles it allows (BN 96-128, CK 2-4 to fill the SMs) ran 0.52-0.86x cuBLAS at M = 64
+# where these ran 0.91-1.04x (stream_wn_probe_h100.json); the search may still find a use.
 WIDE_M_SHAPES = (
     {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 2},
     {"BN": 32, "BK": 128, "STAGES": 6, "WARPS": 4, "CK": 1},
     {"BN": 48, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 1},
-    {"BN": 128, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 4, "CK": 4},
-    {"BN": 96, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 2, "CK": 2},
-    {"BN": 96, "BK": 128, "STAGES": 3, "WARPS": 4, "WN": 2, "CK": 3},
-    {"BN": 128, "BK": 128, "STAGES": 3, "WARPS": 8, "WN": 4, "CK": 2},
 )
 
 

@@ -49,6 +49,11 @@
 #   sanitizewn  (360) compute-sanitizer memcheck + racecheck on 3 stream_sm90 configs with WN = 4
 #                     that split K (the sliced partial tiles and the cluster's DSMEM sums) on
 #                     edge shapes of M = 33-64
+#   streama     (300) timeline_h200.py --family stream_sm90 on the streamwn probe's best configs
+#                     (benchmarks/studies/stream_probe_table_h100.json, M = 32 and 64) as built
+#                     and with TUNEFW_DIAG_A_ONCE (A loaded on the ring's first pass only: wrong
+#                     answers, the weight's stream without A's traffic): is A's traffic what
+#                     holds M = 64 at 72-84% of the streaming read?
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -191,6 +196,9 @@ for name in "$@"; do
         --tools memcheck,racecheck --split-k --where WN=4 --sample 3 \
         --shapes 33x136x1032,64x200x520,40x1032x1040 --timeout 110 \
         --out "$OUT/sanitize_stream_sm90_wn_h200.json" ;;
+    streama) step streama 300 python3 benchmarks/timeline_h200.py --family stream_sm90 \
+        --table benchmarks/studies/stream_probe_table_h100.json --rounds 5 --variant base= \
+        --variant noA=TUNEFW_DIAG_A_ONCE --name timeline_stream_a.json --commit "$TUNEFW_COMMIT" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

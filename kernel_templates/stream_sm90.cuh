@@ -148,14 +148,20 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
         const int j = ch - c_begin, s = j % STAGES;
         const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
         if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
-        sm90::mbar_arrive_expect_tx(bar, (u32)L::STAGE);  // full boxes: TMA zero-fills edges
+#ifdef TUNEFW_DIAG_A_ONCE  // diagnostic build (benchmarks/timeline_h200.py --variant), WRONG
+        const bool load_a = j < STAGES;  // answers: A's boxes on the ring's first pass only,
+#else                                    // timing the weight's stream without A's traffic
+        constexpr bool load_a = true;
+#endif
+        // full boxes: TMA zero-fills edges
+        sm90::mbar_arrive_expect_tx(bar, (u32)(load_a ? L::STAGE : L::BOXES * L::B_BOX));
 #pragma unroll
         for (int x = 0; x < L::BOXES; ++x) {
           const int k = ch * BK + x * 64;
           sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
           if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
             sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
-          sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
+          if (load_a) sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
         }
       }
     }

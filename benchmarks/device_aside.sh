@@ -12,7 +12,9 @@
 # .whl cannot carry Ray (ray.tar.xz, 32 MB) and the Hugging Face wheels (benchmarks/hf_wheels.txt,
 # 17 MB) at once beside the tree: `wheels ray` leaves Ray in .whl for a sweep (launch, records,
 # llamatable), `wheels hf` the HF wheels for hf_llama_h200.py / hf_eager_profile_h200.py (no
-# Ray), `wheels` says which are in; the other set waits in $KEEP/whl.
+# Ray), `wheels both` both (for a step that sweeps and then runs the model: aside
+# benchmarks/results and the state files it does not read first), `wheels` says which are in;
+# the other set waits in $KEEP/whl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEEP=/tmp/tunefw-device-aside
@@ -43,8 +45,9 @@ case "${1:-}" in
            move .whl "$KEEP/whl" $(for n in $hf; do echo "${n}-*.whl"; done) ;;
       hf) move "$KEEP/whl" .whl $(for n in $hf; do echo "${n}-*.whl"; done)
           move .whl "$KEEP/whl" ray.tar.xz ;;
+      both) move "$KEEP/whl" .whl ray.tar.xz $(for n in $hf; do echo "${n}-*.whl"; done) ;;
       "") ;;
-      *) echo "usage: $0 wheels [ray|hf]" >&2; exit 2 ;;
+      *) echo "usage: $0 wheels [ray|hf|both]" >&2; exit 2 ;;
     esac
     ray=no; [ -e .whl/ray.tar.xz ] && ray=yes
     n=0; for x in $hf; do for f in .whl/${x}-*.whl; do [ -e "$f" ] && n=$((n + 1)); done; done
@@ -52,5 +55,5 @@ case "${1:-}" in
     if [ "${2:-}" = hf ] && [ "$n" -lt "$(echo $hf | wc -w)" ]; then
       echo "missing HF wheels: fetch them with the pip download line in benchmarks/hf_wheels.txt" >&2
     fi ;;
-  *) echo "usage: $0 aside|back|wheels [ray|hf]" >&2; exit 2 ;;
+  *) echo "usage: $0 aside|back|wheels [ray|hf|both]" >&2; exit 2 ;;
 esac

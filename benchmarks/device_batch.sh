@@ -54,6 +54,13 @@
 #                     and with TUNEFW_DIAG_A_ONCE (A loaded on the ring's first pass only: wrong
 #                     answers, the weight's stream without A's traffic): is A's traffic what
 #                     holds M = 64 at 72-84% of the streaming read?
+#   gatedmodel  (560) issue 19's gated MLP in one call on an H200 (needs_h200: the model): the
+#                     gated_h200 sweep (gated_h200.py, no verification: gated_verify_h100.json
+#                     did it) into /tmp/gated.db (kept as $OUT's gated_h200.db.xz), then
+#                     hf_gated_h200.py on it (the q/k/v table + the gated entries, the model with
+#                     fuse=True, gated=True against stock). Carries Ray and the HF wheels:
+#                     `device_aside.sh aside benchmarks/results benchmarks/state/records
+#                     benchmarks/state/*_state.tar.gz but the qkv one ...`, `wheels both`
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -199,6 +206,11 @@ for name in "$@"; do
     streama) step streama 300 python3 benchmarks/timeline_h200.py --family stream_sm90 \
         --table benchmarks/studies/stream_probe_table_h100.json --rounds 5 --variant base= \
         --variant noA=TUNEFW_DIAG_A_ONCE --name timeline_stream_a.json --commit "$TUNEFW_COMMIT" ;;
+    gatedmodel) step gatedsweep 200 python3 benchmarks/gated_h200.py --db /tmp/gated.db \
+        --time-limit 150 --verify-sample 0 --result "$OUT/gated_h200.json"
+      [ -f /tmp/gated.db ] && xz -9c /tmp/gated.db > "$OUT/gated_h200.db.xz"
+      step gatedhf 340 python3 benchmarks/hf_gated_h200.py --gated-db /tmp/gated.db \
+        --budget-s $((BATCH_S - SECONDS - 30)) --commit "$TUNEFW_COMMIT" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

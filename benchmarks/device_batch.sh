@@ -46,10 +46,6 @@
 #                     CTA's 96-128 weight rows: A read once per wider tile; stream64's M = 64
 #                     best was 0.80-0.95x cuBLAS at BN 32-64) over Llama's four layers, and
 #                     random valid configs (WN included) verified on the edge shapes
-#   streamas    (240) decode_probe.py: stream_sm90 at M = 16, 32, 64 with ASTAGES (A in a shallow
-#                     ring of its own, the weight's ring deeper in the shared memory saved; its
-#                     seeds first) over Llama's four layers; random valid configs verified on
-#                     the edge shapes
 #   sanitizewn  (360) compute-sanitizer memcheck + racecheck on 3 stream_sm90 configs with WN = 4
 #                     that split K (the sliced partial tiles and the cluster's DSMEM sums) on
 #                     edge shapes of M = 33-64
@@ -65,7 +61,6 @@
 #                     fuse=True, gated=True against stock). Carries Ray and the HF wheels:
 #                     `device_aside.sh aside benchmarks/results benchmarks/state/records
 #                     benchmarks/state/*_state.tar.gz but the qkv one ...`, `wheels both`
-#   sanitizeas  (300) the same with ASTAGES = 2 (A's own ring, its barriers beside the weight's)
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -204,8 +199,6 @@ for name in "$@"; do
         --m 40,64 --per-shape 24 --edge-configs 12 --name stream64_probe ;;
     streamwn) step streamwn 360 python3 benchmarks/decode_probe.py --families stream_sm90 \
         --m 32,64 --per-shape 20 --edge-configs 16 --name stream_wn_probe ;;
-    streamas) step streamas 240 python3 benchmarks/decode_probe.py --families stream_sm90 \
-        --m 16,32,64 --per-shape 16 --edge-configs 16 --name stream_as_probe ;;
     sanitizewn) step sanitizewn 360 python3 benchmarks/sanitize_h200.py --family stream_sm90 \
         --tools memcheck,racecheck --split-k --where WN=4 --sample 3 \
         --shapes 33x136x1032,64x200x520,40x1032x1040 --timeout 110 \
@@ -218,10 +211,6 @@ for name in "$@"; do
       [ -f /tmp/gated.db ] && xz -9c /tmp/gated.db > "$OUT/gated_h200.db.xz"
       step gatedhf 340 python3 benchmarks/hf_gated_h200.py --gated-db /tmp/gated.db \
         --budget-s $((BATCH_S - SECONDS - 30)) --commit "$TUNEFW_COMMIT" ;;
-    sanitizeas) step sanitizeas 300 python3 benchmarks/sanitize_h200.py --family stream_sm90 \
-        --tools memcheck,racecheck --split-k --where ASTAGES=2 --sample 3 \
-        --shapes 33x136x1032,64x200x520,40x1032x1040 --timeout 110 \
-        --out "$OUT/sanitize_stream_sm90_as_h200.json" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

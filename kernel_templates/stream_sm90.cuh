@@ -13,10 +13,6 @@
 // side, the few rows of A its 8-wide side), then release the stage. WN > 1 is for M = 33-64:
 // there A's rows rival the weight's, and a wide tile (BN 96-128) cuts the A bytes each weight
 // byte brings through L2 and shared memory, while each warp keeps only its slice's accumulators.
-// ASTAGES > 0 gives A a ring of its own, that many slots deep, loaded STAGES - ASTAGES chunks
-// after the weight's: A comes from L2 (every CTA reads it), so a shallow ring covers it, and at
-// M = 33-64 (A's rows as many as the weight's a stage) the shared memory it frees holds more of
-// the weight in flight, which is what sets a CTA's streaming rate.
 //
 // Work: a CTA owns BN rows of B; a cluster of CK CTAs splits K (rank r takes chunks r*P..); the
 // epilogue (tunefw/swapab_reduce.cuh) sums the warps in shared memory and the cluster's CTAs
@@ -46,21 +42,18 @@ __device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], u32 addr) {
 }
 
 // Shared memory (from a 1024-byte aligned base, as the 128-byte swizzle needs): the ring of
-// STAGES stages, each BK/64 boxes of B (BN rows x 128 bytes) then (AS = 0) BK/64 boxes of A
-// (MT*8 rows); AS > 0: A in a ring of its own of AS slots after it; then the epilogue's partial
-// tiles, then the mbarriers: STAGES (full, empty) pairs, then AS pairs of the A ring.
-template <int BN, int MT, int BK, int STAGES, int WARPS, int WN, int AS = 0>
+// STAGES stages, each BK/64 boxes of B (BN rows x 128 bytes) then BK/64 boxes of A (MT*8 rows),
+// then the epilogue's partial tiles, then 2*STAGES mbarriers (full, empty).
+template <int BN, int MT, int BK, int STAGES, int WARPS, int WN>
 struct Layout {
   static constexpr int BOXES = BK / 64;
   static constexpr int B_BOX = BN * 128, A_BOX = MT * 8 * 128;
-  static constexpr int A_OFF = BOXES * B_BOX;  // A's boxes in a stage (AS = 0)
-  static constexpr int A_SLOT = BOXES * A_BOX;
-  static constexpr int STAGE = AS ? A_OFF : A_OFF + A_SLOT;
-  static constexpr int A_RING = STAGES * STAGE;  // the A ring (AS > 0)
-  static constexpr int RING = A_RING + AS * A_SLOT;
+  static constexpr int A_OFF = BOXES * B_BOX;
+  static constexpr int STAGE = BOXES * (B_BOX + A_BOX);
+  static constexpr int RING = STAGES * STAGE;
   static constexpr int PARTIALS = swapab::Partials<BN, MT, WARPS / WN>::bytes;
   static constexpr int BARS = RING + PARTIALS;
-  static constexpr int bytes = BARS + 2 * (STAGES + AS) * 8 + 1024;  // + the alignment slack
+  static constexpr int bytes = BARS + 2 * STAGES * 8 + 1024;  // + the alignment slack
 };
 
 // Address of 16-byte chunk (k / 8) of `row` in a stage whose boxes of `box` bytes hold 64 k of
@@ -70,10 +63,9 @@ __device__ __forceinline__ u32 swizzled(u32 base, int box, int row, int k) {
 }
 
 // Consumer: warp `warp` multiplies rows (warp % WN) * BN/WN .. + BN/WN of k16 steps warp / WN,
-// + WARPS/WN, ... of one resident chunk of `steps` k16 steps (TMA zero-filled what lies past K):
-// B's boxes at `stage`, A's at `a_stage`.
+// + WARPS/WN, ... of one resident chunk of `steps` k16 steps (TMA zero-filled what lies past K).
 template <int DTYPE, int BN, int MT, int BK, int WARPS, int WN>
-__device__ __forceinline__ void mma_chunk(u32 stage, u32 a_stage, int steps, int warp, int lane,
+__device__ __forceinline__ void mma_chunk(u32 stage, int steps, int warp, int lane,
                                           float (&acc)[BN / WN / 16][MT][4]) {
   constexpr int RT = BN / WN / 16, WK = WARPS / WN;
   using L = Layout<BN, MT, BK, 1, WARPS, WN>;
@@ -89,7 +81,7 @@ __device__ __forceinline__ void mma_chunk(u32 stage, u32 a_stage, int steps, int
       ldmatrix_x4(a[i], swizzled(stage, L::B_BOX, i * 16 + b_row, t * 16 + b_k));
 #pragma unroll
     for (int m = 0; m < MT; ++m)
-      ldmatrix_x2(b[m], swizzled(a_stage, L::A_BOX, m * 8 + a_row, t * 16 + a_k));
+      ldmatrix_x2(b[m], swizzled(stage + L::A_OFF, L::A_BOX, m * 8 + a_row, t * 16 + a_k));
 #pragma unroll
     for (int i = 0; i < RT; ++i)
 #pragma unroll
@@ -101,7 +93,7 @@ __device__ __forceinline__ void mma_chunk(u32 stage, u32 a_stage, int steps, int
 }  // namespace tunefw
 
 template <int DTYPE, int BN, int MT, int BK, int STAGES, int WARPS, int CK, int GATED = 0,
-          int WN = 1, int ASTAGES = 0>
+          int WN = 1>
 __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     gemm_stream_sm90(const __grid_constant__ tunefw::stream::TensorMap tmap_a,
                      const __grid_constant__ tunefw::stream::TensorMap tmap_b,
@@ -109,9 +101,7 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
                      int K) {
   using namespace tunefw;
   using namespace tunefw::stream;
-  constexpr int AS = ASTAGES;
-  using L = Layout<BN, MT, BK, STAGES, WARPS, WN, AS>;
-  static_assert(AS <= STAGES, "A's ring is no deeper than the weight's");
+  using L = Layout<BN, MT, BK, STAGES, WARPS, WN>;
   static_assert(WARPS % WN == 0 && BN % (16 * WN) == 0, "WN slices of whole 16-row tiles");
   constexpr int RT = BN / WN / 16;
   constexpr int THREADS = (WARPS + 1) * 32;
@@ -126,7 +116,6 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   unsigned char* smem = smem_raw + ((1024 - (sm90::smem_u32(smem_raw) & 1023)) & 1023);
   const u32 ring = sm90::smem_u32(smem);
   const u32 full = ring + L::BARS, empty = full + STAGES * 8;
-  const u32 a_full = empty + STAGES * 8, a_empty = a_full + AS * 8;  // AS > 0
 
   // This rank's chunks [c_begin, c_end) of BK k each.
   const int chunks = (K + BK - 1) / BK;
@@ -138,7 +127,6 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
     sm90::tma_prefetch_desc(&tmap_a);
     sm90::tma_prefetch_desc(&tmap_b);
     sm90::init_ring_barriers(full, empty, STAGES, WARPS);
-    if (AS) sm90::init_ring_barriers(a_full, a_empty, AS, WARPS);
   }
   __syncthreads();
 
@@ -156,60 +144,35 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   sm90::pdl_wait();  // every global access below after the kernel before this one
   if (warp == WARPS) {  // producer: one thread issues each chunk's boxes
     if (lane == 0) {
-      // AS > 0: A's boxes of chunk i go out with B's of chunk i + LAG (A is read from L2, whose
-      // latency a few slots cover; the shared memory saved holds more of the weight in flight).
-      // Both waits of an iteration are for the same chunk's release, so neither stalls the other.
-      constexpr int LAG = AS ? STAGES - AS : 0;
-      for (int ch = c_begin; ch < c_end + LAG; ++ch) {
-        const int j = ch - c_begin;
-        if (ch < c_end) {
-          const int s = j % STAGES;
-          const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
-          if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
+      for (int ch = c_begin; ch < c_end; ++ch) {
+        const int j = ch - c_begin, s = j % STAGES;
+        const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
+        if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
 #ifdef TUNEFW_DIAG_A_ONCE  // diagnostic build (benchmarks/timeline_h200.py --variant), WRONG
-          const bool load_a = !AS && j < STAGES;  // answers: A's boxes on the ring's first
-#else                                             // pass only, timing the weight's stream
-          const bool load_a = !AS;                // without A's traffic (AS = 0)
+        const bool load_a = j < STAGES;  // answers: A's boxes on the ring's first pass only,
+#else                                    // timing the weight's stream without A's traffic
+        constexpr bool load_a = true;
 #endif
-          // full boxes: TMA zero-fills edges
-          sm90::mbar_arrive_expect_tx(bar, (u32)(load_a ? L::A_OFF + L::A_SLOT : L::A_OFF));
+        // full boxes: TMA zero-fills edges
+        sm90::mbar_arrive_expect_tx(bar, (u32)(load_a ? L::STAGE : L::BOXES * L::B_BOX));
 #pragma unroll
-          for (int x = 0; x < L::BOXES; ++x) {
-            const int k = ch * BK + x * 64;
-            sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
-            if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
-              sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
-            if (load_a)
-              sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
-          }
-        }
-        if (AS && j >= LAG) {
-          const int i = j - LAG, a = i % (AS ? AS : 1);
-          const u32 slot = ring + (u32)(L::A_RING + a * L::A_SLOT), bar = a_full + a * 8;
-          if (i >= AS) sm90::mbar_wait(a_empty + a * 8, ((i / (AS ? AS : 1)) + 1) & 1);
-          sm90::mbar_arrive_expect_tx(bar, (u32)L::A_SLOT);
-#pragma unroll
-          for (int x = 0; x < L::BOXES; ++x) {
-            const int k = (ch - LAG) * BK + x * 64;
-            sm90::tma_load_2d(slot + (u32)(x * L::A_BOX), &tmap_a, k, 0, bar);
-          }
+        for (int x = 0; x < L::BOXES; ++x) {
+          const int k = ch * BK + x * 64;
+          sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
+          if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
+            sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
+          if (load_a) sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
         }
       }
     }
   } else {  // consumers
     for (int ch = c_begin; ch < c_end; ++ch) {
-      const int j = ch - c_begin, s = j % STAGES, a = j % (AS ? AS : 1);
-      const u32 stage = ring + (u32)(s * L::STAGE);
+      const int j = ch - c_begin, s = j % STAGES;
       sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
-      if (AS) sm90::mbar_wait(a_full + a * 8, (j / (AS ? AS : 1)) & 1);
-      mma_chunk<DTYPE, BN, MT, BK, WARPS, WN>(
-          stage, AS ? ring + (u32)(L::A_RING + a * L::A_SLOT) : stage + (u32)L::A_OFF,
-          (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
+      mma_chunk<DTYPE, BN, MT, BK, WARPS, WN>(ring + (u32)(s * L::STAGE),
+                                          (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
       __syncwarp();
-      if (lane == 0) {
-        sm90::mbar_arrive(empty + s * 8);
-        if (AS) sm90::mbar_arrive(a_empty + a * 8);
-      }
+      if (lane == 0) sm90::mbar_arrive(empty + s * 8);
     }
   }
 

@@ -15,8 +15,7 @@ from tunefw.study.siblings import gated_mlps
 from tunefw.templates import get_family
 
 MLPS = ["model.layers.0.mlp", "model.layers.1.mlp"]
-STREAM = {"BN": 48, "MTILES": 2, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 1, "WN": 1,
-          "ASTAGES": 0}
+STREAM = {"BN": 48, "MTILES": 2, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 1, "WN": 1}
 
 pytestmark = pytest.mark.usefixtures("no_table")
 

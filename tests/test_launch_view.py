@@ -90,7 +90,7 @@ def test_the_summary_comes_first_and_is_counted_while_the_workers_start(db_url, 
     # with five families and two problems every space is past its share of the checks budget:
     # estimated, marked "~" (space_sizes counts exactly within the share: test_space_sizes)
     assert all(declared_size(n) > CHECKS_BUDGET // (len(FAMILIES) * 2) for n in FAMILIES)
-    assert families["stream_sm90"].endswith("none for 4096x4096x4096, ~19.2k for 16x28672x4096")
+    assert families["stream_sm90"].endswith("none for 4096x4096x4096, ~4.13k for 16x28672x4096")
     assert "~" in families["wgmma_sm90"] and "estimated from" in summary[-1]
 
 
@@ -216,18 +216,18 @@ def test_replay_lines_say_replay():
 def test_a_device_known_only_from_the_workers_gets_its_spaces_then(monkeypatch):
     """A Ray cluster's GPUs are not known before its workers report: the summary says so, and
     the spaces follow the workers' report."""
-    monkeypatch.setattr(tunefw.tune.space, "CHECKS_BUDGET", 48600)  # counted exactly
-    spec = parse_study({"name": "c", "trials": 4, "families": ["skinny_sm90"],
+    monkeypatch.setattr(tunefw.tune.space, "CHECKS_BUDGET", 43200)  # counted exactly
+    spec = parse_study({"name": "c", "trials": 4, "families": ["stream_sm90"],
                         "problems": ["16x28672x4096"]}, "test")
     lines = startup_lines(spec, "cuda", 8, None)
     assert lines == [
         "launch c: backend cuda, 8 GPU worker(s), 1 problem(s) x 4 trials = 4 trials budget "
         "(sampler tpe, confirm top 3)",
-        "  families: skinny_sm90; valid-space sizes once the workers report their device"]
+        "  families: stream_sm90; valid-space sizes once the workers report their device"]
     progress, text = _progress(spaces_for=spec)
     with progress:
         progress.hook("start", {"study": "c", "backend": "cuda", "device": H200.name,
-                                "device_spec": H200, "families": ["skinny_sm90"],
+                                "device_spec": H200, "families": ["stream_sm90"],
                                 "workers": ["0"], "problems": []})
-    assert ("  skinny_sm90: 48,600 configs declared; valid on NVIDIA H200: 6,954 for "
+    assert ("  stream_sm90: 43,200 configs declared; valid on NVIDIA H200: 4,240 for "
             "16x28672x4096") in text.getvalue().splitlines()

@@ -29,10 +29,10 @@ def test_declared_size_is_the_product_of_the_knobs_values():
 
 
 def test_a_small_space_is_counted_exactly(monkeypatch):
-    monkeypatch.setattr(space, "CHECKS_BUDGET", 2 * 48600)  # both problems' checks fit it
-    (size,) = space_sizes(["skinny_sm90"], [SQUARE, DECODE], H200)
-    assert (size.family, size.declared, size.sampled) == ("skinny_sm90", 48600, 0)
-    assert size.valid == [0, _exact("skinny_sm90", DECODE)] == [0, 6954]
+    monkeypatch.setattr(space, "CHECKS_BUDGET", 2 * 43200)  # both problems' checks fit it
+    (size,) = space_sizes(["stream_sm90"], [SQUARE, DECODE], H200)
+    assert (size.family, size.declared, size.sampled) == ("stream_sm90", 43200, 0)
+    assert size.valid == [0, _exact("stream_sm90", DECODE)] == [0, 4240]
 
 
 def test_a_large_space_is_estimated_from_a_seeded_sample(monkeypatch):

@@ -11,8 +11,7 @@ from tunefw.problem import GemmProblem
 from tunefw.templates import get_family
 
 STREAM = get_family("stream_sm90")
-BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1, "WN": 1,
-        "ASTAGES": 0}
+BASE = {"BN": 32, "MTILES": 1, "BK": 256, "STAGES": 4, "WARPS": 4, "CK": 1, "WN": 1}
 DECODE = [GemmProblem(m, n, k) for m in (1, 2, 4, 8, 16, 32, 48, 64)
           for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))]
 
@@ -46,12 +45,6 @@ def test_the_register_rule_takes_the_cap_ptxas_gives_the_block_size():
     assert check({**tile, "WN": 2}, 64) is None
 
 
-def test_a_ring_of_its_own_is_no_deeper_than_the_weights():
-    assert "ASTAGES=6 > STAGES=4" in check({"ASTAGES": 6}, 1)
-    assert check({"ASTAGES": 4}, 1) is None
-    assert check({"ASTAGES": 2, "STAGES": 16, "BK": 128}, 1) is None
-
-
 def test_wn_must_divide_the_warps_and_the_rows_in_whole_mma_tiles():
     assert "WN=4 does not divide the WARPS=2" in check({"WARPS": 2, "WN": 4, "BN": 64}, 1)
     assert "BN=48 does not split into WN=2 slices" in check({"BN": 48, "WN": 2}, 1)
@@ -76,10 +69,6 @@ def test_shared_memory_is_the_ring_the_partials_the_barriers_and_the_alignment_s
     split = {**config, "BN": 64, "WN": 2}
     assert STREAM.smem_bytes(split) == (6 * (64 + 16) * 2 * 256 + 2 * 16 * 68 * 4 + 6 * 16
                                         + 1024)
-    # A in a ring of its own: ASTAGES slots of A beside STAGES of the weight, and their barriers
-    own = {**config, "ASTAGES": 2}
-    assert STREAM.smem_bytes(own) == ((6 * 32 + 2 * 16) * 2 * 256 + 4 * 16 * 36 * 4
-                                      + (6 + 2) * 16 + 1024)
 
 
 def test_launch_geometry_follows_the_config():
@@ -107,10 +96,7 @@ def test_name_expression_orders_the_template_arguments_as_the_kernel():
         == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 0, 2>"
     assert STREAM.name_expression({**BASE, "WN": 2}, "fp16", "silu") \
         == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 1, 2>"
-    assert STREAM.template_args(BASE, "fp16") == ["1", "32", "1", "256", "4", "4", "1", "0", "1",
-                                                  "0"]
-    assert STREAM.name_expression({**BASE, "ASTAGES": 3}, "fp16") \
-        == "gemm_stream_sm90<1, 32, 1, 256, 4, 4, 1, 0, 1, 3>"
+    assert STREAM.template_args(BASE, "fp16") == ["1", "32", "1", "256", "4", "4", "1", "0", "1"]
 
 
 def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(pool):
@@ -120,9 +106,6 @@ def test_valid_configs_compile_without_spills_with_tma_loads_and_tensor_cores(po
         # wide tiles split over warps: 4 slices of 32 rows; 2 slices of 48 (254 regs), CK 3
         {**BASE, "CK": 4, "WARPS": 4, "WN": 4, "BK": 128, "MTILES": 8, "BN": 128, "STAGES": 3},
         {**BASE, "CK": 3, "WARPS": 4, "WN": 2, "BK": 128, "MTILES": 8, "BN": 96, "STAGES": 3},
-        # A's own ring: 3 slots beside 12 stages of the weight; 2 beside 8, K split over 2
-        {**BASE, "ASTAGES": 3, "STAGES": 12, "BK": 128, "MTILES": 8},
-        {**BASE, "ASTAGES": 2, "STAGES": 8, "MTILES": 2, "CK": 2},
     ]
     assert_compiles_clean(STREAM, configs, pool, "UTMALDG")
 

@@ -37,8 +37,6 @@ SEED_SHAPES = (
     # N = 6144 in 128 CTAs, one per SM (BN = 32 makes 192: 1.45 waves); decode5_h200.json's
     # 32x6144x4096 winner (BN 48, 3 stages)
     {"BN": 48, "BK": 256, "STAGES": 3, "WARPS": 4, "CK": 1},
-    # the first with A in its own ring (WIDE_M_SHAPES): twice the weight in flight of the first
-    {"BN": 32, "BK": 256, "STAGES": 8, "ASTAGES": 2, "WARPS": 4, "CK": 1},
 )
 
 
@@ -47,16 +45,10 @@ SEED_SHAPES = (
 # that N = 4096 and 6144 make 128 CTAs with >= 48 KB of weight in flight each. No WN > 1 seed:
 # the wide tiles it allows (BN 96-128, CK 2-4 to fill the SMs) ran 0.52-0.86x cuBLAS at M = 64
 # where these ran 0.91-1.04x (stream_wn_probe_h100.json); the search may still find a use.
-# The ASTAGES ones give A a shallow ring of its own: at M = 64 the best of these ran 14.9 us
-# whether A was loaded or not (timeline_stream_a_h100.json), so what holds them is the weight's
-# bytes in flight, which A's rows in every stage cap (BN 32: 8 KB of weight beside 16 KB of A).
 WIDE_M_SHAPES = (
     {"BN": 64, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 2},
     {"BN": 32, "BK": 128, "STAGES": 6, "WARPS": 4, "CK": 1},
     {"BN": 48, "BK": 128, "STAGES": 4, "WARPS": 4, "CK": 1},
-    {"BN": 32, "BK": 128, "STAGES": 12, "ASTAGES": 3, "WARPS": 4, "CK": 1},
-    {"BN": 48, "BK": 128, "STAGES": 8, "ASTAGES": 3, "WARPS": 4, "CK": 1},
-    {"BN": 32, "BK": 256, "STAGES": 6, "ASTAGES": 2, "WARPS": 4, "CK": 1},
 )
 
 
@@ -86,8 +78,7 @@ class StreamSm90(KernelTemplate):
               "8-row MMA tiles of A a CTA holds: serves M <= 8*MTILES (rows past M are skipped); "
               "6 and 8 carry M = 33-64, where the activations a CTA reads match its weight rows"),
         Param("BK", (256, 128, 512), "k per ring stage: each row of B is copied in 2*BK-byte runs"),
-        Param("STAGES", (4, 2, 3, 6, 8, 12, 16),
-              "ring stages of the weight in flight (bulk copies ahead of the MMAs)"),
+        Param("STAGES", (4, 2, 3, 6, 8), "ring stages in flight (bulk copies ahead of the MMAs)"),
         Param("WARPS", (4, 1, 2, 8), "consumer warps (plus one producer warp); they take a "
               "stage's k16 steps in turn"),
         Param("CK", (1, 2, 4, 8, 16, 3),
@@ -96,11 +87,6 @@ class StreamSm90(KernelTemplate):
               "holds BN/WN rows' accumulators; WARPS/WN warps per slice split K): wide tiles "
               "that read A once per BN weight rows without the registers of BN/16 MMA tiles",
               absent=1, after_gate=True),
-        Param("ASTAGES", (0, 2, 3, 4, 6),
-              "0: A's rows ride in the weight's stages; else A's own ring of this many slots, "
-              "loaded STAGES - ASTAGES chunks after the weight (A is read from L2: the shared "
-              "memory saved holds more weight in flight, for M = 33-64)",
-              absent=0, after_gate=True),
     )
 
     seeds = (tuple({**shape, "MTILES": mt} for mt in (1, 2, 4, 6, 8) for shape in SEED_SHAPES)
@@ -111,10 +97,10 @@ class StreamSm90(KernelTemplate):
     def smem_bytes(config: Config) -> int:
         """Dynamic shared memory: the ring, the epilogue's partial tiles, the mbarriers and the
         alignment slack (as stream::Layout in the .cuh)."""
-        bn, mt, a_slots = config["BN"], config["MTILES"], config["ASTAGES"] or config["STAGES"]
-        ring = (config["STAGES"] * bn + a_slots * 8 * mt) * config["BK"] * 2
+        bn, mt = config["BN"], config["MTILES"]
+        ring = config["STAGES"] * (bn + 8 * mt) * config["BK"] * 2
         partials = config["WARPS"] // config["WN"] * mt * 8 * (bn + 4) * 4  # a tile per K slot
-        return ring + partials + 16 * (config["STAGES"] + config["ASTAGES"]) + ALIGN_SLACK
+        return ring + partials + 16 * config["STAGES"] + ALIGN_SLACK
 
     @staticmethod
     def regs_estimate(config: Config) -> int:
@@ -136,9 +122,6 @@ class StreamSm90(KernelTemplate):
             return f"WN={wn} does not divide the WARPS={config['WARPS']} consumer warps"
         if config["BN"] % (16 * wn):
             return f"BN={config['BN']} does not split into WN={wn} slices of whole 16-row MMA tiles"
-        if config["ASTAGES"] > config["STAGES"]:
-            return (f"ASTAGES={config['ASTAGES']} > STAGES={config['STAGES']}: A's ring deeper "
-                    "than the weight's")
         chunks, ck = _cdiv(problem.K, config["BK"]), config["CK"]
         if _cdiv(chunks, ck) * (ck - 1) >= chunks:
             return (f"CK={ck} with ceil(K/BK) = {chunks} stages of K={problem.K} leaves the last "
@@ -147,14 +130,13 @@ class StreamSm90(KernelTemplate):
             return f"CK={ck} > {MAX_CLUSTER} CTAs per cluster"
         smem = self.smem_bytes(config)
         if smem > device.smem_per_block_optin:
-            return (f"shared memory (STAGES*BN + (ASTAGES or STAGES)*8*MTILES)*2*BK + WARPS/WN "
-                    f"partial tiles = {smem} B > "
+            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + WARPS/WN partial tiles = {smem} B > "
                     f"{device.smem_per_block_optin} B per block on {device.name}")
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
         cap = ptxas_register_cap(device, threads)
         if regs > cap:
-            return (f"register estimate {regs}/thread (BN/WN/16*MTILES*4 accumulators and two "
-                    f"steps of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")
+            return (f"register estimate {regs}/thread (BN/WN/16*MTILES*4 accumulators and two steps "
+                    f"of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")
         return None
 
     # ---- compile and launch ---------------------------------------------------------------------

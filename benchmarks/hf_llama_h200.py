@@ -153,7 +153,8 @@ def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[i
     """(N, K, layers) per host-cost call on one input: one layer of each (N, K), or, where the
     patched model fuses siblings, each distinct group's layers in call order under their summed
     N (its first member alone runs the group's GEMM: not one layer's call). A gated MLP's gate
-    and up are left out: their GEMM is the MLP's own call (tunefw.gated), timed by the cases."""
+    and up are no call of their own: the MLP is (its gated GEMM, SiLU and product, down), one
+    per distinct shape under the gated GEMM's N, against the stock MLP's five calls."""
     names = {id(m): n for n, m in patched.named_modules()}
     gated = {id(m.gate_proj._group) for m in gated_mlps(patched).values()}  # not timed here
     groups = {id(m._group): [names[id(x)] for x in m._group.members]
@@ -170,7 +171,11 @@ def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[i
         if key not in seen:
             seen.add(key)
             units.append((sum(key[1]), key[2], g))
-    return units
+    mlps = {}
+    for name, mlp in gated_mlps(patched).items():
+        gate = stock.get_submodule(name).gate_proj
+        mlps.setdefault((gate.out_features, gate.in_features), name)
+    return units + [(n, k, [name]) for (n, k), name in mlps.items()]
 
 
 def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inputs: list[tuple[int, int]],
@@ -196,7 +201,8 @@ def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inp
                     for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
                         samples[name].append(host_us(pair[name], x, reps, cuda))
             first = patched.get_submodule(names[0])
-            group = "" if len(names) == 1 else " " + "+".join(x.rsplit(".", 1)[-1] for x in names)
+            group = (" mlp:silu" if names[0] in gated_mlps(patched) else "" if len(names) == 1
+                     else " " + "+".join(x.rsplit(".", 1)[-1] for x in names))
             out[f"{batch * tokens}x{n}x{k}{group}"] = {
                 "input": [batch, tokens, k], "layers": names,
                 "type_patched": type(first).__name__,

@@ -106,9 +106,10 @@ def test_route_counts_of_a_gated_patch_count_each_mlps_gated_gemm(model):
     assert {k: v["calls"] for k, v in per.items()} == {
         "6x256x256": 4, "6x128x256": 4, "6x512x256:silu": 2, "6x256x512": 2, "1x1024x256": 1}
     assert per["6x512x256:silu"]["family"] == "stock"  # the table has no gated entry
-    assert bench.call_units(model, patched) == [  # the gated GEMM is timed by the cases only
+    assert bench.call_units(model, patched) == [  # a gated MLP is one call: the whole MLP
         (256, 256, ["model.layers.0.self_attn.q_proj"]), (128, 256, ["model.layers.0.self_attn.k_proj"]),
-        (256, 512, ["model.layers.0.mlp.down_proj"]), (1024, 256, ["lm_head"])]
+        (256, 512, ["model.layers.0.mlp.down_proj"]), (1024, 256, ["lm_head"]),
+        (512, 256, ["model.layers.0.mlp"])]
 
 
 def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_input():

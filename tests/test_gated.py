@@ -163,6 +163,8 @@ def test_dispatch_json_and_the_header_keep_the_gate(tmp_path):
     header = render(_table(GATED_ENTRY, plain), "cpp")  # the header serves both (test_export_cpp)
     assert "kNumEntries = 2;" in header
     assert "Gate::silu, \"gemm_stream_sm90<0, 48, 2, 256, 3, 4, 1, 1>\", 9," in header
+    # the header's knob prelude reads WN after GATED, where template_args put it
+    assert "const int64_t CK = e.args[6];" in header and "const int64_t WN = e.args[8];" in header
 
 
 @pytest.mark.slow

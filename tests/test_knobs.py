@@ -48,6 +48,7 @@ def test_other_values_are_categorical_over_the_values_in_declared_order():
     (dict(values=(True, False)), "all ints or all strings"),
     (dict(values=("a", "b"), cpp={"a": "0"}), "cpp must map exactly"),
     (dict(values=(1, 2), encoding="log"), "encoding"),
+    (dict(values=(1, 2), after_gate=True), "after_gate needs the absent value"),
 ])
 def test_a_bad_declaration_is_refused_where_it_is_written(kwargs, message):
     with pytest.raises(ValueError, match=message):

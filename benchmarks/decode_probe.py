@@ -274,9 +274,9 @@ def main() -> None:
         "best_by_shape": [{k: v for k, v in r.items() if k != "log"} for r in best.values()],
         "rows": rows,
     }
-    out_dir = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{args.name}_h200.json").write_text(json.dumps(report, indent=1, default=str))
+    out = gpu_result.out_path(f"{args.name}_h200.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
     read = bandwidth["read_tbs_best"]
     print(f"stream read {read:.2f} TB/s (median {bandwidth['read_tbs_median']:.2f}), "
           f"copy {bandwidth['copy_tbs_best']:.2f}; statuses {report['status_counts']}; "

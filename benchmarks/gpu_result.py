@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -57,9 +58,28 @@ def device(fingerprint: dict) -> dict:
     return {k: fingerprint.get(k) for k in DEVICE_KEYS}
 
 
+def card_tag() -> str | None:
+    """The CUDA device's model as result files name it ('h100', 'h200'; None without one)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    found = re.search(r"\b([A-Z]\d{2,3})\b", torch.cuda.get_device_name(0))
+    return found.group(1).lower() if found else None
+
+
 def out_path(name: str, given: Path | None = None) -> Path:
-    """``given``, else $OUT/NAME, else benchmarks/results/NAME."""
-    return given or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
+    """``given``, else $OUT/NAME, else benchmarks/results/NAME, where NAME's '_h200' becomes the
+    GPU the script runs on (a device call asking for an H200 may get an H100: its results are
+    never filed as an H200's)."""
+    if given:
+        return given
+    tag = card_tag()
+    if tag and tag != "h200":
+        name = name.replace("_h200", f"_{tag}")
+    return Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
 
 
 def write(result: dict, path: Path) -> None:

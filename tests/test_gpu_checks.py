@@ -314,3 +314,16 @@ def test_the_method_comparison_pairs_configs_and_reads_the_rate_gain():
     assert got["paired_configs"] == 2 and got["rate_gain"] == 2.5
     assert got["median_log_ratio_diff"] == pytest.approx(math.log(1.1) / 2)
     assert ab.compare({**old, "trials_per_s": None}, new)["rate_gain"] is None
+
+
+def test_a_result_is_filed_under_the_gpu_it_ran_on(monkeypatch, tmp_path):
+    """A device call that asked for an H200 may get an H100: out_path names the file after the
+    card the script ran on; an H200 run, a CPU run and an explicit path keep the name."""
+    results = _load("gpu_result")
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(results, "card_tag", lambda: "h100")
+    assert results.out_path("stream_wn_probe_h200.json") == tmp_path / "stream_wn_probe_h100.json"
+    assert results.out_path("x_h200.json", tmp_path / "given.json") == tmp_path / "given.json"
+    for tag in ("h200", None):
+        monkeypatch.setattr(results, "card_tag", lambda tag=tag: tag)
+        assert results.out_path("gated_h200.json") == tmp_path / "gated_h200.json"

@@ -10,9 +10,11 @@
 // N or M and k past K, so edges need no code. WARPS consumer warps in WN groups split a stage's
 // BN rows (WN slices of BN/WN rows) and, within a slice, take its k16 steps in turn: ldmatrix
 // through the swizzle (conflict-free), swap-AB mma.sync m16n8k16 (B's rows are the MMA's 16-row
-// side, the few rows of A its 8-wide side), then release the stage. WN > 1 is for M = 33-64:
-// there A's rows rival the weight's, and a wide tile (BN 96-128) cuts the A bytes each weight
-// byte brings through L2 and shared memory, while each warp keeps only its slice's accumulators.
+// side, the few rows of A its 8-wide side), then release the stage. WN > 1 lets a tile be wide
+// (BN 96-128 at M = 33-64, each warp holding its slice's accumulators only) to read A once per
+// more weight rows; measured, it did not pay: the wide tiles need CK > 1 to fill the SMs and ran
+// slower than BN 32-48 at WN 1 (stream_wn_probe_h100.json), and A's traffic is not what holds
+// M = 64 (timeline_stream_a_h100.json, the TUNEFW_DIAG_A_ONCE build below).
 //
 // Work: a CTA owns BN rows of B; a cluster of CK CTAs splits K (rank r takes chunks r*P..); the
 // epilogue (tunefw/swapab_reduce.cuh) sums the warps in shared memory and the cluster's CTAs
@@ -161,7 +163,8 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
           sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
           if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
             sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
-          if (load_a) sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
+          if (load_a)
+            sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
         }
       }
     }
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
       const int j = ch - c_begin, s = j % STAGES;
       sm90::mbar_wait(full + s * 8, (j / STAGES) & 1);
       mma_chunk<DTYPE, BN, MT, BK, WARPS, WN>(ring + (u32)(s * L::STAGE),
-                                          (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
+                                              (imin(BK, K - ch * BK) + 15) >> 4, warp, lane, acc);
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(empty + s * 8);
     }

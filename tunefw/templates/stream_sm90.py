@@ -85,7 +85,8 @@ class StreamSm90(KernelTemplate):
               "CTAs of a cluster splitting K, reduced through DSMEM in rank order"),
         Param("WN", (1, 2, 4), "groups of consumer warps splitting the CTA's BN rows (each warp "
               "holds BN/WN rows' accumulators; WARPS/WN warps per slice split K): wide tiles "
-              "that read A once per BN weight rows without the registers of BN/16 MMA tiles",
+              "that read A once per BN weight rows without the registers of BN/16 MMA tiles "
+              "(measured no faster at M = 64 than WN 1: stream_wn_probe_h100.json)",
               absent=1, after_gate=True),
     )
 
@@ -130,13 +131,14 @@ class StreamSm90(KernelTemplate):
             return f"CK={ck} > {MAX_CLUSTER} CTAs per cluster"
         smem = self.smem_bytes(config)
         if smem > device.smem_per_block_optin:
-            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + WARPS/WN partial tiles = {smem} B > "
-                    f"{device.smem_per_block_optin} B per block on {device.name}")
+            return (f"shared memory STAGES*(BN+8*MTILES)*2*BK + WARPS/WN partial tiles = "
+                    f"{smem} B > {device.smem_per_block_optin} B per block on {device.name}")
         threads, regs = (config["WARPS"] + 1) * 32, self.regs_estimate(config)
         cap = ptxas_register_cap(device, threads)
         if regs > cap:
-            return (f"register estimate {regs}/thread (BN/WN/16*MTILES*4 accumulators and two steps "
-                    f"of fragments) > the {cap} a CTA of {threads} threads allows: it would spill")
+            return (f"register estimate {regs}/thread (BN/WN/16*MTILES*4 accumulators and two "
+                    f"steps of fragments) > the {cap} a CTA of {threads} threads allows: it would "
+                    "spill")
         return None
 
     # ---- compile and launch ---------------------------------------------------------------------

@@ -61,6 +61,11 @@
 #                     fuse=True, gated=True against stock). Carries Ray and the HF wheels:
 #                     `device_aside.sh aside benchmarks/results benchmarks/state/records
 #                     benchmarks/state/*_state.tar.gz but the qkv one ...`, `wheels both`
+#   ckprobe     (150) what a cluster K split costs, controlled: timeline_h200.py on the probe table's
+#                     32x4096x4096 and 64x4096x4096 stream_sm90 configs (BN 32, 128 CTAs) beside
+#                     BN 64 with CK 2 (128 CTAs of the same bytes each, a cluster of 2 summing
+#                     through DSMEM) and BN 64 with CK 1 (64 CTAs): if CK 2 loses to BN 32, a K
+#                     split without clusters is worth building for wide tiles
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -211,6 +216,12 @@ for name in "$@"; do
       [ -f /tmp/gated.db ] && xz -9c /tmp/gated.db > "$OUT/gated_h200.db.xz"
       step gatedhf 340 python3 benchmarks/hf_gated_h200.py --gated-db /tmp/gated.db \
         --budget-s $((BATCH_S - SECONDS - 30)) --commit "$TUNEFW_COMMIT" ;;
+    ckprobe) step ckprobe 150 python3 benchmarks/timeline_h200.py --family stream_sm90 \
+        --table benchmarks/studies/stream_probe_table_h100.json --rounds 7 \
+        --shapes 32x4096x4096,64x4096x4096 --override 32x4096x4096:BN=64,CK=2,STAGES=3 \
+        --override 32x4096x4096:BN=64,CK=2,STAGES=2 --override 32x4096x4096:BN=64,CK=1,STAGES=3 \
+        --override 64x4096x4096:BN=64,CK=2,STAGES=3 --override 64x4096x4096:BN=64,CK=1,STAGES=3 \
+        --name timeline_stream_ck_h200.json --commit "$TUNEFW_COMMIT" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import tempfile
 import time
@@ -283,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in plan_shapes(load(args.table)):
             print(f"{s['M']}x{s['N']}x{s['K']} {s['dtype']}  # {s['kind']}: {s['label']}")
         return 0
-    out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / "dispatch_guard_h200.json"
+    from gpu_result import out_path
+
+    out = out_path("dispatch_guard_h200.json", args.out)
     result = run(args.table, args.cubins, args.commit, args.budget_s)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -43,7 +42,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 import torch  # noqa: E402
 
 import tunefw  # noqa: E402
-from gpu_result import smi  # noqa: E402
+from gpu_result import out_path, smi  # noqa: E402
 from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
@@ -435,7 +434,7 @@ def main() -> int:
     rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 41)
     eager_rounds = args.eager_rounds or (SMOKE["rounds"] if args.cpu_smoke else 161)
     name = "hf_llama_cpu_smoke.json" if args.cpu_smoke else "hf_llama_h200.json"
-    out = args.out or Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / name
+    out = out_path(name, args.out)
 
     stock = build_model(sizes, layers, dev)
     patched, rounded = twin(stock), rounded_twin(stock)

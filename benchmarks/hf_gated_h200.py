@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tarfile
@@ -23,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+from gpu_result import out_path  # noqa: E402
 from tunefw.runtime.dispatch import DispatchTable, load  # noqa: E402
 from tunefw.runtime.shipped import MANIFEST, read_manifest, ship_cubins  # noqa: E402
 
@@ -63,7 +63,7 @@ def main() -> int:
     path.write_text(json.dumps(table.as_dict(), indent=1) + "\n")
     print(f"merged table: {len(table.entries)} entries "
           f"({sum(e.gate != 'none' for e in table.entries)} gated) -> {path}", flush=True)
-    out = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results") / "hf_llama_gated_h200.json"
+    out = out_path("hf_llama_gated_h200.json")
     return subprocess.call([sys.executable, str(REPO / "benchmarks" / "hf_llama_h200.py"),
                             "--table", str(path), "--cubins", str(cubins), "--fuse", "--gated",
                             "--budget-s", str(args.budget_s), "--out", str(out), *rest])

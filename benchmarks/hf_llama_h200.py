@@ -47,7 +47,7 @@ from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_mod
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
 from tunefw.runtime import fastpath  # noqa: E402
-from tunefw.runtime.fusion import gated_forward  # noqa: E402
+from tunefw.runtime.patching import is_gated  # noqa: E402
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
@@ -67,8 +67,7 @@ def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
 
 def gated_mlps(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """The MLPs tunefw.patch(gated=True) serves by one gated GEMM (their forward is its own)."""
-    return {name: m for name, m in model.named_modules()
-            if getattr(vars(m).get("forward"), "func", None) is gated_forward}
+    return {name: m for name, m in model.named_modules() if is_gated(m)}
 
 
 def routes(step, model: torch.nn.Module, dispatcher) -> dict:

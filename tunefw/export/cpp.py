@@ -111,15 +111,12 @@ def _cpp_evidence(table: DispatchTable) -> str:
 
 
 def _knob_prelude(family: str) -> str:
-    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family
-    (a knob declared after GATED sits after it: template_args' order)."""
+    """``const int64_t KNOB = e.args[i];`` for each declared knob of a KNOBS_FROM_ARGS family,
+    at its place in the kernel's order (KernelTemplate.kernel_order, after the dtype code)."""
     if family not in KNOBS_FROM_ARGS:
         return ""
-    params = FAMILIES[family].params
-    order = [p for p in params if not p.after_gate] + [p for p in params if p.after_gate]
-    gated = any(p.after_gate for p in params)  # then every entry's args hold GATED
-    return "".join(f"  [[maybe_unused]] const int64_t {p.name} = "
-                   f"e.args[{i + 1 + (gated and p.after_gate)}];\n" for i, p in enumerate(order))
+    return "".join(f"  [[maybe_unused]] const int64_t {name} = e.args[{i + 1}];\n"
+                   for i, name in enumerate(FAMILIES[family].kernel_order()) if name != "GATED")
 
 
 def render_cpp(table: DispatchTable) -> str:
@@ -190,7 +187,7 @@ struct Entry {{
   Gate gate;  // the problem's gate: the entry serves only that gate
   const char* kernel;  // the instantiation, e.g. "gemm_wgmma_sm90<0, 128, ...>"
   int num_args;
-  int args[{max_args}];  // its template arguments, in the kernel's order (gated: GATED=1 last)
+  int args[{max_args}];  // its template arguments, in the kernel's order (GATED after the knobs)
   int bm, bn, bk, split_k, cluster_m, cluster_n, persistent;  // what the validity rules read
   int tile_m, tile_n, tile_split;  // C's tile over (M, N) and its K split: rule 4's tile fill
   bool nearest_ok;  // the config passed check() on its own shape: it may serve (any shape)

@@ -49,7 +49,7 @@ CPP_FITS = {
   return smem <= kSmemPerBlockOptin && OCC * (smem + kSmemReservedPerBlock) <= kSmemPerSm;""",
 }
 # Families whose fits_<family> reads knobs by name from Entry::args: template arguments are the
-# dtype code, then one per declared param in declaration order (templates/<family>.py).
+# dtype code, then the kernel's order (KernelTemplate.kernel_order: templates/<family>.py).
 KNOBS_FROM_ARGS = ("skinny_sm90", "stream_sm90", "rows_sm90", "wgmma_sm90")
 RULE_FIELDS = ("BM", "BN", "BK", "SPLIT_K", "CLUSTER_M", "CLUSTER_N", "PERSISTENT")
 RULE_DEFAULTS = {"SPLIT_K": 1, "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 1}

@@ -139,10 +139,7 @@ class Dispatcher:
     def gated(self, a: torch.Tensor, b: torch.Tensor, gate: str = "silu") -> torch.Tensor:
         """C = silu(a @ Bg.T) * (a @ Bu.T) for b = [Bg; Bu] (2N x K) by a tuned gated kernel,
         else in the stock form (method.stock: one cuBLAS GEMM over b, then SiLU and the product)."""
-        key = _plan_key(a.shape, a, b, gate)
-        plan = self._plans.get(key, False)
-        if plan is False:
-            plan = self._resolve(key, a, b, gate)
+        plan = self.plan_for(a, b, gate)
         c = plan(a, b) if plan is not None else None
         return stock_gated(a, b, gate) if c is None else c
 

@@ -128,7 +128,7 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
     agreeing = []
     for mlp in gated_mlps(model):
         module = model.get_submodule(mlp.name)
-        if _gated(module):  # patched before: nothing to probe or to do
+        if is_gated(module):  # patched before: nothing to probe or to do
             report.gated.append(mlp.name)
             continue
         gate, up, down = (getattr(module, leaf) for leaf in mlp.leaves)
@@ -152,7 +152,7 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
     return agreeing
 
 
-def _gated(module: torch.nn.Module) -> bool:
+def is_gated(module: torch.nn.Module) -> bool:
     """Whether ``module`` is an MLP tunefw.patch(gated=True) serves by the gated GEMM."""
     own = vars(module).get("forward")
     return isinstance(own, functools.partial) and own.func is gated_forward
@@ -190,7 +190,7 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     """Turn every tunefw.Linear of ``model`` back into a plain nn.Linear; returns their names."""
     restored = []
     for name, module in model.named_modules():
-        if _gated(module):
+        if is_gated(module):
             del module.forward  # the class's own forward again
         if type(module) is FusedLinear and "_group" in vars(module):
             module._group.unstack()  # every member of the group gets its own weight again

@@ -5,8 +5,8 @@
                                                                 "lowered_name": "<mangled>"}}}
     cubin_dir/<cache key>.cubin
 
-The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``, a gated one ending in ``, 1>``)
-names the instantiation; the Dispatcher uses a cubin only when the manifest's arch equals this
+The name expression (e.g. ``gemm_wgmma_sm90<0, 128, ...>``; KernelTemplate.name_expression: a
+gated one with GATED = 1 after the knobs) names the instantiation; the Dispatcher uses a cubin only when the manifest's arch equals this
 GPU's; a kernel missing from the manifest is compiled (a compile that fails sends its shapes to
 cuBLAS).
 """

@@ -269,10 +269,18 @@ class KernelTemplate:
         """Threads, registers per thread and shared memory of one block (for check())."""
         raise NotImplementedError
 
+    def kernel_order(self, gate: str = "none") -> list[str]:
+        """The kernel's template parameters after the dtype code, by name: the knobs in declared
+        order, then GATED (where gated, or where knobs declared after it follow it) and those
+        knobs (Param.after_gate). What template_args() and the C++ header's knob reads follow."""
+        late = [p.name for p in self.params if p.after_gate]
+        gated = ["GATED"] if gate != "none" or late else []
+        return [p.name for p in self.params if not p.after_gate] + gated + late
+
     def template_args(self, config: Config, dtype: str, gate: str = "none") -> list[str]:
-        """Every C++ template argument, in the kernel's order: the dtype code, each param's token
-        in declared order, then GATED (where gated, or where knobs follow it) and the knobs
-        declared after it (Param.after_gate). A config outside the space is refused."""
+        """Every C++ template argument, in the kernel's order (kernel_order()): the dtype code,
+        then each knob's token and GATED's (1 for a gated problem). A config outside the space
+        is refused."""
         if dtype not in self.dtype_codes:
             raise UserError(f"dtype {dtype!r}: expected one of {sorted(self.dtype_codes)}")
         if gate not in self.gates:
@@ -280,11 +288,10 @@ class KernelTemplate:
         reason = self.space_reason(config)
         if reason:
             raise UserError(reason)
-        late = [p for p in self.params if p.after_gate]
-        gated = ["1" if gate != "none" else "0"] if gate != "none" or late else []
-        return ([str(self.dtype_codes[dtype])]
-                + [p.cpp_arg(config[p.name]) for p in self.params if not p.after_gate]
-                + gated + [p.cpp_arg(config[p.name]) for p in late])
+        knobs = {p.name: p for p in self.params}
+        return [str(self.dtype_codes[dtype])] + [
+            ("0" if gate == "none" else "1") if name == "GATED"
+            else knobs[name].cpp_arg(config[name]) for name in self.kernel_order(gate)]
 
     def launch(self, config: Config, problem: GemmProblem, device: DeviceSpec) -> Launch:
         raise NotImplementedError
@@ -310,10 +317,9 @@ class KernelTemplate:
         """The instantiation NVRTC compiles and looks up, e.g. ``gemm_mma_sm80<...>``: the
         template arguments without the trailing ones at their C++ defaults (GATED 0, a later
         knob at its absent value), so adding a knob renames no stored kernel."""
-        args = self.template_args(config, dtype, gate)
-        fixed = 1 + sum(not p.after_gate for p in self.params)  # the dtype and the first knobs
-        tail, defaults = args[fixed:], ["0"] + [p.cpp_arg(p.absent) for p in self.params
-                                                if p.after_gate]
-        while tail and tail[-1] == defaults[len(tail) - 1]:
-            tail.pop()
-        return f"{self.kernel}<{', '.join(args[:fixed] + tail)}>"
+        args, order = self.template_args(config, dtype, gate), self.kernel_order(gate)
+        defaults = {"GATED": "0", **{p.name: p.cpp_arg(p.absent) for p in self.params
+                                     if p.after_gate}}
+        while order and order[-1] in defaults and args[-1] == defaults[order[-1]]:
+            order, args = order[:-1], args[:-1]
+        return f"{self.kernel}<{', '.join(args)}>"

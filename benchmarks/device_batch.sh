@@ -66,6 +66,10 @@
 #                     BN 64 with CK 2 (128 CTAs of the same bytes each, a cluster of 2 summing
 #                     through DSMEM) and BN 64 with CK 1 (64 CTAs): if CK 2 loses to BN 32, a K
 #                     split without clusters is worth building for wide tiles
+#   earlyb      (240) timeline_h200.py --family stream_sm90 on stream_earlyb_table.json (decode winners
+#                     at M = 1-64): the source as it is beside TUNEFW_EXP_EARLY_B (the weight's first
+#                     ring loaded before griddepcontrol.wait: in a PDL chain the next GEMM's weight
+#                     stream starts under the previous GEMM's tail, as B never depends on it)
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and
@@ -222,6 +226,10 @@ for name in "$@"; do
         --override 32x4096x4096:BN=64,CK=2,STAGES=2 --override 32x4096x4096:BN=64,CK=1,STAGES=3 \
         --override 64x4096x4096:BN=64,CK=2,STAGES=3 --override 64x4096x4096:BN=64,CK=1,STAGES=3 \
         --name timeline_stream_ck_h200.json --commit "$TUNEFW_COMMIT" ;;
+    earlyb) step earlyb 240 python3 benchmarks/timeline_h200.py --family stream_sm90 \
+        --table benchmarks/studies/stream_earlyb_table.json --rounds 7 \
+        --variant base= --variant earlyb=TUNEFW_EXP_EARLY_B \
+        --name timeline_stream_earlyb_h200.json --commit "$TUNEFW_COMMIT" ;;
     decode6) xz -dc benchmarks/state/decode6.db.xz > /tmp/decode6.db  # kept compressed: the carry limit
       step decode6 480 python3 benchmarks/decode_h200.py \
         --db /tmp/decode6.db --time-limit 420 --result "$OUT/decode6_h200.json" \

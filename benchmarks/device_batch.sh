@@ -69,7 +69,8 @@
 #   earlyb      (240) timeline_h200.py --family stream_sm90 on stream_earlyb_table.json (decode winners
 #                     at M = 1-64): the source as it is beside TUNEFW_EXP_EARLY_B (the weight's first
 #                     ring loaded before griddepcontrol.wait: in a PDL chain the next GEMM's weight
-#                     stream starts under the previous GEMM's tail, as B never depends on it)
+#                     stream starts under the previous GEMM's tail, as B never depends on it). Only
+#                     commit 1f937a3's stream_sm90.cuh has the experiment (not kept): run it there
 #   decode6     (480) decode_h200.py on benchmarks/studies/decode6_h200.yaml, its state db kept
 #   llamatable  (560) model_table_h200.py on studies/llama3_8b.yaml as it stands (issue 14's
 #                     table: 56 problems, 64 trials, top 3 confirmed), then export, calibrate and

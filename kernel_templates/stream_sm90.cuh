@@ -143,42 +143,32 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   sm90::pdl_launch_dependents();
   // No L2 prefetch of the first ring before the wait: its boxes queue ahead of the ring's own
   // loads of the same lines (timeline_stream_pf_h200.json: 2.4-9.4% faster without, plainly).
-  // Chunk ch's boxes into stage slot s: B's (weight) and/or A's; the first load of a stage sets
-  // the bytes its full barrier expects (both halves complete against that one count).
-  auto load = [&](int ch, int s, bool with_b, bool with_a, u32 expect) {
-    const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
-    if (expect) sm90::mbar_arrive_expect_tx(bar, expect);
-#pragma unroll
-    for (int x = 0; x < L::BOXES; ++x) {
-      const int k = ch * BK + x * 64;
-      if (with_b) {
-        sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
-        if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
-          sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
-      }
-      if (with_a) sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
-    }
-  };
-#ifdef TUNEFW_EXP_EARLY_B  // experiment: the weight's first ring before the wait (B constant)
-  const int early = imin(STAGES, c_end - c_begin);
-#else
-  constexpr int early = 0;
-#endif
-  if (warp == WARPS && lane == 0)
-    for (int j = 0; j < early; ++j) load(c_begin + j, j, true, false, (u32)L::STAGE);
+  // Nor the weight's first ring loaded before the wait (B never depends on the kernel before):
+  // in PDL chains 0-5% faster, without PDL 3-8% slower, A's first boxes queued behind it
+  // (timeline_stream_earlyb_h100.json, commit 1f937a3's TUNEFW_EXP_EARLY_B): not kept.
   sm90::pdl_wait();  // every global access below after the kernel before this one
   if (warp == WARPS) {  // producer: one thread issues each chunk's boxes
     if (lane == 0) {
-      for (int j = 0; j < early; ++j) load(c_begin + j, j, false, true, 0u);
-      for (int ch = c_begin + early; ch < c_end; ++ch) {
+      for (int ch = c_begin; ch < c_end; ++ch) {
         const int j = ch - c_begin, s = j % STAGES;
+        const u32 stage = ring + (u32)(s * L::STAGE), bar = full + s * 8;
         if (j >= STAGES) sm90::mbar_wait(empty + s * 8, ((j / STAGES) + 1) & 1);
 #ifdef TUNEFW_DIAG_A_ONCE  // diagnostic build (benchmarks/timeline_h200.py --variant), WRONG
         const bool load_a = j < STAGES;  // answers: A's boxes on the ring's first pass only,
 #else                                    // timing the weight's stream without A's traffic
         constexpr bool load_a = true;
 #endif
-        load(ch, s, true, load_a, (u32)(load_a ? L::STAGE : L::BOXES * L::B_BOX));
+        // full boxes: TMA zero-fills edges
+        sm90::mbar_arrive_expect_tx(bar, (u32)(load_a ? L::STAGE : L::BOXES * L::B_BOX));
+#pragma unroll
+        for (int x = 0; x < L::BOXES; ++x) {
+          const int k = ch * BK + x * 64;
+          sm90::tma_load_2d(stage + (u32)(x * L::B_BOX), &tmap_b, k, n0, bar);
+          if (GATED)  // Bu's rows under Bg's: box rows are BN/2 (a multiple of 8: same swizzle)
+            sm90::tma_load_2d(stage + (u32)(x * L::B_BOX + OBN * 128), &tmap_b, k, N + n0, bar);
+          if (load_a)
+            sm90::tma_load_2d(stage + (u32)(L::A_OFF + x * L::A_BOX), &tmap_a, k, 0, bar);
+        }
       }
     }
   } else {  // consumers

@@ -20,7 +20,7 @@ ARCHS = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", SMALL, 15, QKV, MLPS, []),
     "mistral": ("MistralConfig", "MistralForCausalLM", SMALL, 15, QKV, MLPS, []),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(SMALL, head_dim=16), 15, QKV, [], MLPS),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(SMALL, pad_token_id=0), 9, [], [], []),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(SMALL, pad_token_id=0), 9, [], MLPS, []),
     "opt": ("OPTConfig", "OPTForCausalLM",
             dict(vocab_size=256, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
                  num_attention_heads=4, word_embed_proj_dim=64), 13,
@@ -57,3 +57,42 @@ def test_patch_fuses_and_gates_what_each_architecture_has(arch):
     assert list(model.state_dict()) == keys
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, before)
+
+
+def _phi3():
+    torch.manual_seed(0)
+    cfg = transformers.Phi3Config(**dict(SMALL, pad_token_id=0))
+    return transformers.Phi3ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+def test_a_phi3_gate_up_proj_is_the_gated_weight_as_it_is(monkeypatch):
+    from tunefw.runtime import fusion
+
+    model = _phi3()
+    mlp = model.get_submodule(MLPS[0])
+    weight = mlp.gate_up_proj.weight
+    ids = torch.randint(0, 256, (2, 5))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    assert tunefw.patch(model, gated=True).gated == MLPS
+    calls, real = [], fusion.gated
+    monkeypatch.setattr(fusion, "gated", lambda x, w, g: calls.append((w, g)) or real(x, w, g))
+    with torch.no_grad():
+        after = model(input_ids=ids).logits
+    assert len(calls) == 2 and calls[0][0] is weight and calls[0][1] == "silu"  # no copy, no stack
+    assert _rel(after, before) < 1e-2
+    model.requires_grad_(True)
+    model(input_ids=ids)  # grad to record: the MLP's own forward, as a sibling group's rule
+    assert len(calls) == 2
+    tunefw.unpatch(model)
+    assert "forward" not in vars(mlp) and mlp.gate_up_proj.weight is weight
+
+
+def test_a_phi3_study_tunes_its_gate_up_proj_as_one_gated_layer():
+    from tunefw.study.model_shapes import collect_linears
+
+    shapes = {(s.N, s.K, s.gate): s.names for s in collect_linears(_phi3(), gated=True)}
+    assert shapes[(128, 64, "silu")] == [f"{m}.gate_up_proj" for m in MLPS]
+    plain = [n for (_, _, gate), names in shapes.items() if gate == "none" for n in names]
+    assert not [n for n in plain if "gate_up" in n]  # not also tuned as a plain GEMM
+    assert shapes[(64, 128, "none")] == [f"{m}.down_proj" for m in MLPS]

@@ -43,6 +43,14 @@ class FusedLinear(Linear):
         return state
 
 
+def _fusable(x: torch.Tensor, params: list) -> bool:
+    """Whether a fused GEMM may serve: not while torch.compile traces, nor where grad is recorded."""
+    if _is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or any(
+        p is not None and p.requires_grad for p in params)))
+
+
 class Group:
     """The members of one sibling group, their shared weight buffer and the last group output."""
 
@@ -91,12 +99,7 @@ class Group:
         self.linear, self.last = None, None
 
     def _fusable(self, x: torch.Tensor) -> bool:
-        if _is_compiling():
-            return False
-        if torch.is_grad_enabled() and (x.requires_grad or any(
-                p is not None and p.requires_grad for m in self.members for p in m._parameters.values())):
-            return False
-        return True
+        return _fusable(x, [p for m in self.members for p in m._parameters.values()])
 
     def current(self, x: torch.Tensor) -> Linear | None:
         """The group's GEMM over a buffer the members' weights still are views of (stacked
@@ -125,12 +128,19 @@ class Group:
         return last[2].narrow(-1, self.offsets[index], self.widths[index])
 
 
-def gated_forward(mlp: torch.nn.Module, gate: str, up: str, down: str, x: torch.Tensor) -> torch.Tensor:
+def gated_forward(mlp: torch.nn.Module, leaves: tuple[str, ...], x: torch.Tensor) -> torch.Tensor:
     """A SwiGLU MLP's forward as down(gated(x, [Wg; Wu])) (tunefw.patch(model, gated=True); the
-    leaf names of its gate, up and down layers): gate and up are a Group whose buffer is the
-    gated GEMM's weight; the MLP's own forward where the group cannot serve (Group._fusable)."""
-    group = getattr(mlp, gate)._group
-    linear = group.current(x) if group is not None and group._fusable(x) else None
-    if linear is None:
+    leaf names of its gate, up and down layers, or of gate_up and down): gate and up are a Group
+    whose buffer is the gated GEMM's weight, or gate_up's weight is; the MLP's own forward where
+    they cannot serve (Group._fusable's rule)."""
+    *inputs, down = (getattr(mlp, leaf) for leaf in leaves)
+    if len(inputs) == 1:
+        weight = inputs[0]._parameters["weight"]
+        weight = weight if _fusable(x, [weight]) else None
+    else:
+        group = inputs[0]._group
+        linear = group.current(x) if group is not None and group._fusable(x) else None
+        weight = None if linear is None else linear._parameters["weight"]
+    if weight is None:
         return type(mlp).forward(mlp, x)
-    return getattr(mlp, down)(gated(x, linear._parameters["weight"], "silu"))
+    return down(gated(x, weight, "silu"))

@@ -14,7 +14,8 @@ instance, and that ``include`` / ``exclude`` (glob patterns on module names) all
 tunefw/study/siblings.py) so that each group runs as one GEMM (tunefw/runtime/fusion.py).
 ``gated=True`` serves each SwiGLU MLP (tunefw/study/siblings.py's gated_mlps, whose own forward
 a probe finds computing down(silu(gate(x)) * up(x))) as down(tunefw.gated(x, [Wg; Wu])): gate
-and up become views of one buffer, the MLP's forward is set on the instance (unpatch removes it).
+and up become views of one buffer (a Phi-3 gate_up_proj is one already), the MLP's forward is
+set on the instance (unpatch removes it).
 """
 from __future__ import annotations
 
@@ -131,8 +132,8 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
         if is_gated(module):  # patched before: nothing to probe or to do
             report.gated.append(mlp.name)
             continue
-        gate, up, down = (getattr(module, leaf) for leaf in mlp.leaves)
-        w = gate.weight
+        *inputs, down = (getattr(module, leaf) for leaf in mlp.leaves)
+        w = inputs[0].weight
         if w.is_meta:
             report.ungated[mlp.name] = "weights on the meta device: its forward cannot be probed"
             continue
@@ -140,7 +141,8 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
         x = torch.randn(2, mlp.K, generator=gen, device=w.device).to(w.dtype)
         with torch.no_grad():
             own = type(module).forward(module, x).float()
-            g, u = (torch.nn.functional.linear(x, p.weight) for p in (gate, up))
+            g, u = (torch.nn.functional.linear(x, inputs[0].weight).chunk(2, -1) if mlp.stacked
+                    else (torch.nn.functional.linear(x, p.weight) for p in inputs))
             mine = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down.weight,
                                               down.bias).float()
         err = float((own - mine).norm() / mine.norm().clamp_min(1e-30))
@@ -167,8 +169,9 @@ def _gate(model: torch.nn.Module, mlp: GatedMLP, report: PatchReport) -> None:
         report.ungated[mlp.name] = ("its gate, up and down are not all plain swapped layers (or "
                                     "its forward is replaced on the instance)")
         return
-    Group(layers[:2])
-    module.forward = functools.partial(gated_forward, module, *mlp.leaves)
+    if not mlp.stacked:  # gate and up become views of one [Wg; Wu] buffer
+        Group(layers[:2])
+    module.forward = functools.partial(gated_forward, module, mlp.leaves)
     report.gated.append(mlp.name)
 
 

@@ -94,7 +94,7 @@ def collect_linears(model: torch.nn.Module, fuse: bool | list = False,
     N = its intermediate size; with ``fuse``, each other sibling group as one layer
     'parent.q_proj+k_proj+v_proj' of the summed N."""
     mlps = {m.names[0]: m for m in gated_mlps(model)} if gated else {}
-    taken = {name for m in mlps.values() for name in m.names[:2]}
+    taken = {name for m in mlps.values() for name in m.names[:-1]}  # gate and up (or gate_up)
     groups = [g for g in sibling_groups(model, fuse) if not taken & set(g.names)] if fuse else []
     fused = {g.names[0]: g for g in groups}
     members = {name for g in groups for name in g.names[1:]} | (taken - set(mlps))
@@ -106,7 +106,7 @@ def collect_linears(model: torch.nn.Module, fuse: bool | list = False,
             if group is not None:
                 n, name = group.N, group.name
             if mlp is not None:
-                n, gate, name = mlp.N, "silu", f"{mlp.name}.{mlp.leaves[0]}+{mlp.leaves[1]}"
+                n, gate, name = mlp.N, "silu", f"{mlp.name}.{mlp.gate_up}"
             key = (n, module.in_features, dtype_label(module.weight.dtype), gate)
             shapes.setdefault(key, LinearShape(*key[:3], gate=gate)).names.append(name)
     return list(shapes.values())

@@ -38,40 +38,70 @@ MLP_SIBLING_SETS: tuple[tuple[str, ...], ...] = (("gate_proj", "up_proj"), ("w1"
 #: forms the product (no strided views, no elementwise launches; tunefw/problem.py's gate).
 GATED_MLP_SETS: tuple[tuple[str, str, str], ...] = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
 
+#: A SwiGLU MLP's (gate_up, down) leaf names where one layer computes gate and up (Phi-3): its
+#: weight already is [Wg; Wu] (the output's first half the gate), so it is the gated GEMM's as is.
+GATED_STACKED_SETS: tuple[tuple[str, str], ...] = (("gate_up_proj", "down_proj"),)
+
 
 @dataclass(frozen=True)
 class GatedMLP:
     """A module with gate, up and down projections of a SwiGLU MLP (by their names)."""
 
     name: str  # the MLP module's name ('' for the root)
-    leaves: tuple[str, str, str]  # gate, up, down
+    leaves: tuple[str, ...]  # gate, up, down; or gate_up, down (GATED_STACKED_SETS)
     N: int  # the intermediate size: gate's and up's out_features, the gated GEMM's N
     K: int  # the hidden size
 
     @property
     def names(self) -> list[str]:
-        """The gate, up and down layers' full module names."""
+        """The gate, up and down layers' full module names (gate_up and down when stacked)."""
         return [f"{self.name}.{leaf}" if self.name else leaf for leaf in self.leaves]
+
+    @property
+    def stacked(self) -> bool:
+        """Whether one layer computes gate and up (its weight is [Wg; Wu] already)."""
+        return len(self.leaves) == 2
+
+    @property
+    def gate_up(self) -> str:
+        """'gate_proj+up_proj' or 'gate_up_proj': the gated layer's name under the MLP."""
+        return "+".join(self.leaves[:-1])
 
 
 def gated_mlps(model: torch.nn.Module) -> list[GatedMLP]:
     """Modules whose children of one GATED_MLP_SETS entry are nn.Linear, gate and up alike (shape,
-    dtype, device) without bias (the gated kernels add none). Names only propose: tunefw.patch
-    also checks that the module's own forward computes down(silu(gate(x)) * up(x))."""
+    dtype, device) without bias (the gated kernels add none), or of one GATED_STACKED_SETS entry
+    (gate_up twice as wide as down's K, no bias). Names only propose: tunefw.patch also checks that the module's
+    own forward computes down(silu(gate(x)) * up(x))."""
     found = []
     for name, module in model.named_modules():
         children = dict(module.named_children())
-        for leaves in GATED_MLP_SETS:
-            layers = [children.get(leaf) for leaf in leaves]
-            if not all(isinstance(m, torch.nn.Linear) for m in layers):
-                continue
-            gate, up, down = layers
-            if gate.weight.shape == up.weight.shape and gate.bias is None and up.bias is None \
-                    and gate.weight.dtype == up.weight.dtype and gate.weight.device == up.weight.device \
-                    and down.in_features == gate.out_features:
-                found.append(GatedMLP(name, leaves, gate.out_features, gate.in_features))
-                break
+        mlp = _stacked(name, children) or _separate(name, children)
+        if mlp is not None:
+            found.append(mlp)
     return found
+
+
+def _stacked(name: str, children: dict) -> GatedMLP | None:
+    for leaves in GATED_STACKED_SETS:
+        gate_up, down = (children.get(leaf) for leaf in leaves)
+        if isinstance(gate_up, torch.nn.Linear) and isinstance(down, torch.nn.Linear) \
+                and gate_up.bias is None and down.in_features * 2 == gate_up.out_features:
+            return GatedMLP(name, leaves, down.in_features, gate_up.in_features)
+    return None
+
+
+def _separate(name: str, children: dict) -> GatedMLP | None:
+    for leaves in GATED_MLP_SETS:
+        layers = [children.get(leaf) for leaf in leaves]
+        if not all(isinstance(m, torch.nn.Linear) for m in layers):
+            continue
+        gate, up, down = layers
+        if gate.weight.shape == up.weight.shape and gate.bias is None and up.bias is None \
+                and gate.weight.dtype == up.weight.dtype and gate.weight.device == up.weight.device \
+                and down.in_features == gate.out_features:
+            return GatedMLP(name, leaves, gate.out_features, gate.in_features)
+    return None
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,8 @@ __global__ void __launch_bounds__((WARPS + 1) * 32, 1)
   // No L2 prefetch of the first ring before the wait: its boxes queue ahead of the ring's own
   // loads of the same lines (timeline_stream_pf_h200.json: 2.4-9.4% faster without, plainly).
   // Nor the weight's first ring loaded before the wait (B never depends on the kernel before):
-  // in PDL chains 0-5% faster, without PDL 3-8% slower, A's first boxes queued behind it
-  // (timeline_stream_earlyb_h100.json, commit 1f937a3's TUNEFW_EXP_EARLY_B): not kept.
+  // A's first boxes queue behind it (commit 1f937a3's TUNEFW_EXP_EARLY_B, device_batch.sh
+  // earlyb; measured not to pay on an H100 in session 31, whose result file was lost): not kept.
   sm90::pdl_wait();  // every global access below after the kernel before this one
   if (warp == WARPS) {  // producer: one thread issues each chunk's boxes
     if (lane == 0) {

@@ -23,6 +23,8 @@ guard and the fallback routes, which is a case worth timing too. Writes $OUT/hf_
 (else benchmarks/results/); prints a short table last. About 2-4 minutes on an H200, most of it
 the first build of each kernel the table names. ``--cpu-smoke``: a tiny model on the CPU (where
 tunefw.Linear is F.linear and no graph is captured), to check the script, not a result.
+``--arch mistral|qwen2|phi3|...``: another transformers architecture at the same sizes (its own
+attention and MLP modules: Phi-3's fused qkv_proj and gate_up_proj), hf_llama_as_ARCH_h200.json.
 """
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,96 +44,17 @@ import torch  # noqa: E402
 
 import tunefw  # noqa: E402
 from gpu_result import out_path, smi  # noqa: E402
+from hf_routes import call_units, gated_mlps, linear_shapes, routes  # noqa: E402
 from hf_llama_steps import (LLAMA3_8B, TINY, Decode, Graphed, Prefill, build_model,  # noqa: E402
                             dearer_beyond_noise, host_us, interleaved, rel_error, rounded_twin,
                             twin)
 from tunefw.runtime import fastpath  # noqa: E402
-from tunefw.runtime.patching import is_gated  # noqa: E402
 from tunefw.runtime.guard import table_hash  # noqa: E402
 
 PAST = 512
 LAYERS = 32
 DECODE_BATCHES, PREFILL_TOKENS = (1, 16, 64), (512, 2048)
 SMOKE = dict(past=8, decode=(1, 3), prefill=(16,), rounds=3, layers=2, calls=2, host_calls=10)
-
-
-def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
-    """(N, K) -> the names of the model's linear layers of that shape."""
-    shapes: dict[tuple[int, int], list[str]] = {}
-    for name, m in model.named_modules():
-        if isinstance(m, torch.nn.Linear):
-            shapes.setdefault((m.out_features, m.in_features), []).append(name)
-    return shapes
-
-
-def gated_mlps(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The MLPs tunefw.patch(gated=True) serves by one gated GEMM (their forward is its own)."""
-    return {name: m for name, m in model.named_modules() if is_gated(m)}
-
-
-def routes(step, model: torch.nn.Module, dispatcher) -> dict:
-    """Run ``step`` once eagerly, recording each GEMM the tunefw layers run; per GEMM shape: the
-    calls and the route the dispatcher gives those very operands (on CPU: its preview for the
-    table's GPU). A fused group's GEMM counts once, under its summed N; a member served from it
-    runs none (``from_group``); a gated MLP's GEMM counts under 'MxNxK:silu'."""
-    seen: Counter = Counter()
-    served: dict[str, dict] = {}
-    from_group: Counter = Counter()
-
-    def hook(module, inputs):
-        group = getattr(module, "_group", None)
-        if group is not None and module._index:
-            last = group.last
-            if last is not None and last[0] is inputs[0]:
-                from_group[type(module).__name__] += 1
-                return
-        elif group is not None:
-            module = group.linear  # the leader runs the group's GEMM
-        x = inputs[0].reshape(-1, inputs[0].shape[-1])
-        key = f"{x.shape[0]}x{module.out_features}x{module.in_features}"
-        seen[key] += 1
-        if key not in served:
-            r = (dispatcher.route_for(x, module.weight) if x.is_cuda
-                 else dispatcher.preview(x.shape[0], module.out_features, module.in_features, x.dtype))
-            served[key] = _served(r)
-
-    def gated_hook(mlp, inputs):
-        x, gate = inputs[0].reshape(-1, inputs[0].shape[-1]), mlp.gate_proj
-        shape = (x.shape[0], gate.out_features, gate.in_features)
-        key = "{}x{}x{}:silu".format(*shape)
-        seen[key] += 1
-        if key not in served:
-            r = (dispatcher.route(*shape, x.dtype, x.get_device(), gate="silu") if x.is_cuda
-                 else dispatcher.preview(*shape, x.dtype, gate="silu"))
-            served[key] = _served(r, ":silu")
-    handles = [m.register_forward_pre_hook(hook) for m in model.modules()
-               if isinstance(m, tunefw.Linear)]
-    handles += [m.register_forward_pre_hook(gated_hook) for m in gated_mlps(model).values()]
-    try:
-        step()
-    finally:
-        for h in handles:
-            h.remove()
-    per_shape = {k: {"calls": n, **served[k]} for k, n in seen.items()}
-    return {"per_shape": per_shape, "calls_by_path": _count(per_shape, "path"),
-            "calls_by_family": _count(per_shape, "family"),
-            "members_served_by_their_group": sum(from_group.values())}
-
-
-def _served(r, gated: str = "") -> dict:
-    """A route as the route counts record it (``gated``: ':silu'; its fallback is the stock
-    form, not one cuBLAS GEMM)."""
-    e = r.entry
-    return {"path": r.path, "rule": r.rule,
-            "family": e.family if e is not None else "stock" if gated else "cublas",
-            "entry": f"{e.M}x{e.N}x{e.K}{gated}" if e is not None else None, "reason": r.reason}
-
-
-def _count(per_shape: dict, field: str) -> dict[str, int]:
-    counts: Counter = Counter()
-    for v in per_shape.values():
-        counts[v[field]] += v["calls"]
-    return dict(counts)
 
 
 def calls_per_round(kind: str, size: int, layers: int) -> int:
@@ -145,35 +67,6 @@ def calls_per_round(kind: str, size: int, layers: int) -> int:
 def host_inputs(smoke: bool) -> list[tuple[int, int]]:
     """(batch, tokens) of each case's linear input: decode (b, 1), prefill (1, t)."""
     return [(size, 1) if kind == "decode" else (1, size) for _, kind, size in cases(smoke)]
-
-
-def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[int, int, list[str]]]:
-    """(N, K, layers) per host-cost call on one input: one layer of each (N, K), or, where the
-    patched model fuses siblings, each distinct group's layers in call order under their summed
-    N (its first member alone runs the group's GEMM: not one layer's call). A gated MLP's gate
-    and up are no call of their own: the MLP is (its gated GEMM, SiLU and product, down), one
-    per distinct shape under the gated GEMM's N, against the stock MLP's five calls."""
-    names = {id(m): n for n, m in patched.named_modules()}
-    gated = {id(m.gate_proj._group) for m in gated_mlps(patched).values()}  # not timed here
-    groups = {id(m._group): [names[id(x)] for x in m._group.members]
-              for m in patched.modules() if getattr(m, "_group", None) is not None}
-    grouped = {n for g in groups.values() for n in g}
-    groups = {k: g for k, g in groups.items() if k not in gated}
-    units = [(n, k, alone[:1]) for (n, k), layers in linear_shapes(stock).items()
-             for alone in [[x for x in layers if x not in grouped]] if alone]
-    seen = set()
-    for g in groups.values():
-        layers = [stock.get_submodule(x) for x in g]
-        key = (tuple(x.rsplit(".", 1)[-1] for x in g), tuple(m.out_features for m in layers),
-               layers[0].in_features)
-        if key not in seen:
-            seen.add(key)
-            units.append((sum(key[1]), key[2], g))
-    mlps = {}
-    for name, mlp in gated_mlps(patched).items():
-        gate = stock.get_submodule(name).gate_proj
-        mlps.setdefault((gate.out_features, gate.in_features), name)
-    return units + [(n, k, [name]) for (n, k), name in mlps.items()]
 
 
 def host_costs(stock: torch.nn.Module, patched: torch.nn.Module, cuda: bool, inputs: list[tuple[int, int]],
@@ -316,12 +209,12 @@ def _host_text(timed: dict) -> str:
 
 
 def logits_at_depth(sizes: dict, layers: int, dev: torch.device, dispatcher, past: int,
-                    smoke: bool, fuse: bool = False, gated: bool = False) -> dict:
+                    smoke: bool, fuse: bool = False, gated: bool = False, arch: str = "llama") -> dict:
     """Each case's eager logits, patched vs stock and both vs the rounded twin, on a model of
     ``layers`` decoder layers (the issue's 2): through 32 random layers any other correct GEMM
     (the rounded twin's, tunefw's) moves them by a few percent, so the 1e-2 bar is judged here,
     beside the deep figures."""
-    stock = build_model(sizes, layers, dev, seed=1)
+    stock = build_model(sizes, layers, dev, seed=1, arch=arch)
     patched, rounded = twin(stock), rounded_twin(stock)
     tunefw.patch(patched, dispatcher, fuse=fuse, gated=gated)
     errors, vs_twin = {}, {}
@@ -418,6 +311,9 @@ def main() -> int:
                     "one GEMM (the table should be a fused study's: --from-model --fuse)")
     ap.add_argument("--gated", action="store_true", help="patch with gated=True: each MLP's "
                     "gate and up one gated GEMM (a table with gated entries: --from-model --gated)")
+    ap.add_argument("--arch", default="llama", help="transformers model_type built at Llama-3-8B's "
+                    "sizes (llama; mistral, qwen2, phi3: other attention and MLP modules, the "
+                    "result named hf_llama_as_ARCH_*)")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny model on the CPU, to check the script (not a result)")
     args = ap.parse_args()
@@ -432,10 +328,11 @@ def main() -> int:
     layers, past = (SMOKE["layers"], SMOKE["past"]) if args.cpu_smoke else (args.layers, PAST)
     rounds = args.rounds or (SMOKE["rounds"] if args.cpu_smoke else 41)
     eager_rounds = args.eager_rounds or (SMOKE["rounds"] if args.cpu_smoke else 161)
-    name = "hf_llama_cpu_smoke.json" if args.cpu_smoke else "hf_llama_h200.json"
+    kind = "llama" if args.arch == "llama" else f"llama_as_{args.arch}"
+    name = f"hf_{kind}_cpu_smoke.json" if args.cpu_smoke else f"hf_{kind}_h200.json"
     out = out_path(name, args.out)
 
-    stock = build_model(sizes, layers, dev)
+    stock = build_model(sizes, layers, dev, arch=args.arch)
     patched, rounded = twin(stock), rounded_twin(stock)
     copy = None if args.no_aa else twin(stock)
     torch.backends.cuda.matmul.allow_tf32 = False  # the rounded twin's float32 GEMMs: no TF32
@@ -443,7 +340,8 @@ def main() -> int:
     patch = tunefw.patch(patched, dispatcher, fuse=args.fuse, gated=args.gated)
     env = {"date": started.isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
-           "transformers": transformers.__version__, "python": platform.python_version(),
+           "transformers": transformers.__version__, "arch": args.arch,
+           "python": platform.python_version(),
            "table": str(args.table), "table_hash": table_hash(dispatcher.table),
            "table_gpu": dispatcher.table.fingerprint.get("name"), "cubins": str(args.cubins or ""),
            "programmatic_launches": dispatcher.programmatic,
@@ -476,7 +374,8 @@ def main() -> int:
             out.write_text(json.dumps(report, indent=1, default=str))  # partial results survive
             print(f"{label}: done at {_elapsed(started):.0f} s", flush=True)
         report["logits_at_depth"] = logits_at_depth(sizes, args.logits_layers, dev, dispatcher,
-                                                    past, args.cpu_smoke, args.fuse, args.gated)
+                                                    past, args.cpu_smoke, args.fuse, args.gated,
+                                                    args.arch)
         report["host_cost"] = host_costs(stock, patched, cuda, host_inputs(args.cpu_smoke),
                                          SMOKE["host_calls"] if args.cpu_smoke else 200)
     if cuda:

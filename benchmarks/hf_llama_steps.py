@@ -30,14 +30,18 @@ TINY = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_k
             vocab_size=1024)
 
 
-def build_model(sizes: dict, layers: int, device: torch.device, seed: int = 0) -> torch.nn.Module:
-    """LlamaForCausalLM with random weights in bf16 on ``device``, in eval mode (SDPA attention)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_model(sizes: dict, layers: int, device: torch.device, seed: int = 0,
+                arch: str = "llama") -> torch.nn.Module:
+    """A causal LM of transformers' ``arch`` (a model_type: llama, mistral, qwen2, phi3, ...) of
+    ``sizes`` with random weights in bf16 on ``device``, in eval mode (SDPA attention)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = LlamaConfig(**sizes, num_hidden_layers=layers, attn_implementation="sdpa")
+    cfg = AutoConfig.for_model(arch, **sizes, num_hidden_layers=layers, attn_implementation="sdpa")
+    if (getattr(cfg, "pad_token_id", None) or 0) >= cfg.vocab_size:  # Phi-3's 32000, past TINY's
+        cfg.pad_token_id = None
     torch.manual_seed(seed)
     with torch.device(device):
-        model = LlamaForCausalLM(cfg)
+        model = AutoModelForCausalLM.from_config(cfg)
     return model.to(torch.bfloat16).eval().requires_grad_(False)
 
 

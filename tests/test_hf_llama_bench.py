@@ -112,6 +112,20 @@ def test_route_counts_of_a_gated_patch_count_each_mlps_gated_gemm(model):
         (512, 256, ["model.layers.0.mlp"])]
 
 
+def test_route_counts_of_a_gated_phi3_count_its_gate_up_proj_as_the_gated_gemm():
+    phi3 = build_model({**TINY, "initializer_range": 0.2}, 2, torch.device("cpu"), arch="phi3").float()
+    patched, report, got, _ = _patched_routes(phi3, gated=True)
+    assert type(phi3).__name__ == "Phi3ForCausalLM" and len(report.gated) == 2
+    per = got["per_shape"]  # q/k/v one layer of 512 (Phi-3's own); gate_up no plain GEMM
+    assert {k: v["calls"] for k, v in per.items()} == {
+        "6x512x256": 2, "6x256x256": 2, "6x512x256:silu": 2, "6x256x512": 2, "1x1024x256": 1}
+    assert bench.call_units(phi3, patched) == [
+        (256, 256, ["model.layers.0.self_attn.o_proj"]),  # Phi3Attention registers o_proj first
+        (512, 256, ["model.layers.0.self_attn.qkv_proj"]),
+        (1024, 256, ["lm_head"]),  # gate_up_proj's shape too: the gated MLP runs it, not a call
+        (256, 512, ["model.layers.0.mlp.down_proj"]), (512, 256, ["model.layers.0.mlp"])]
+
+
 def test_rounds_hold_the_same_work_at_any_depth_and_host_cost_covers_every_case_input():
     assert [bench.calls_per_round("decode", 1, n) for n in (2, 8, 32)] == [20, 5, 1]
     assert [bench.calls_per_round("prefill", 512, n) for n in (2, 32)] == [8, 1]

@@ -71,8 +71,8 @@ class GatedMLP:
 def gated_mlps(model: torch.nn.Module) -> list[GatedMLP]:
     """Modules whose children of one GATED_MLP_SETS entry are nn.Linear, gate and up alike (shape,
     dtype, device) without bias (the gated kernels add none), or of one GATED_STACKED_SETS entry
-    (gate_up twice as wide as down's K, no bias). Names only propose: tunefw.patch also checks that the module's
-    own forward computes down(silu(gate(x)) * up(x))."""
+    (gate_up twice as wide as down's K, no bias). Names only propose: tunefw.patch also checks
+    that the module's own forward computes down(silu(gate(x)) * up(x))."""
     found = []
     for name, module in model.named_modules():
         children = dict(module.named_children())

@@ -8,7 +8,7 @@ from collections import Counter
 import torch
 
 import tunefw
-from tunefw.runtime.patching import is_gated
+from tunefw.runtime.patching import gated_leaves, is_gated
 
 
 def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], list[str]]:
@@ -28,7 +28,7 @@ def gated_mlps(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 def gated_nk(mlp: torch.nn.Module) -> tuple[int, int]:
     """A gated MLP's gated GEMM (N, K): its down layer's (in, out), whatever its leaves' names
     (gate_proj/up_proj, w1/w3, Phi-3's gate_up_proj: the last of the leaves patch set is down)."""
-    down = getattr(mlp, vars(mlp)["forward"].args[1][-1])
+    down = getattr(mlp, gated_leaves(mlp)[-1])
     return down.in_features, down.out_features
 
 
@@ -104,13 +104,14 @@ def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[i
     and up are no call of their own: the MLP is (its gated GEMM, SiLU and product, down), one
     per distinct shape under the gated GEMM's N, against the stock MLP's five calls."""
     names = {id(m): n for n, m in patched.named_modules()}
-    gated = {id(getattr(m, leaf)._group) for m in gated_mlps(patched).values()  # not timed here
-             for leaf in vars(m)["forward"].args[1][:1] if getattr(getattr(m, leaf), "_group", None)}
+    mlps = gated_mlps(patched)
+    gate_ups = {name: [getattr(m, leaf) for leaf in gated_leaves(m)[:-1]] for name, m in mlps.items()}
+    gated = {id(layers[0]._group) for layers in gate_ups.values()  # not timed here
+             if getattr(layers[0], "_group", None) is not None}
     groups = {id(m._group): [names[id(x)] for x in m._group.members]
               for m in patched.modules() if getattr(m, "_group", None) is not None}
     grouped = {n for g in groups.values() for n in g} | {  # and a gate_up the gated GEMM runs
-        f"{name}.{leaf}" for name, m in gated_mlps(patched).items()
-        for leaf in vars(m)["forward"].args[1][:-1]}
+        names[id(layer)] for layers in gate_ups.values() for layer in layers}
     groups = {k: g for k, g in groups.items() if k not in gated}
     units = [(n, k, alone[:1]) for (n, k), layers in linear_shapes(stock).items()
              for alone in [[x for x in layers if x not in grouped]] if alone]
@@ -122,7 +123,7 @@ def call_units(stock: torch.nn.Module, patched: torch.nn.Module) -> list[tuple[i
         if key not in seen:
             seen.add(key)
             units.append((sum(key[1]), key[2], g))
-    mlps = {}
-    for name, mlp in gated_mlps(patched).items():
-        mlps.setdefault(gated_nk(mlp), name)
-    return units + [(n, k, [name]) for (n, k), name in mlps.items()]
+    by_shape: dict[tuple[int, int], str] = {}
+    for name, mlp in mlps.items():
+        by_shape.setdefault(gated_nk(mlp), name)
+    return units + [(n, k, [name]) for (n, k), name in by_shape.items()]

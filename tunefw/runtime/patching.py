@@ -154,10 +154,16 @@ def _probed(model: torch.nn.Module, report: PatchReport) -> list[GatedMLP]:
     return agreeing
 
 
+def gated_leaves(module: torch.nn.Module) -> tuple[str, ...] | None:
+    """The leaf names (gate, up, down; or gate_up, down) by which tunefw.patch(gated=True) serves
+    ``module`` through the gated GEMM, or None where it does not."""
+    own = vars(module).get("forward")
+    return own.args[1] if isinstance(own, functools.partial) and own.func is gated_forward else None
+
+
 def is_gated(module: torch.nn.Module) -> bool:
     """Whether ``module`` is an MLP tunefw.patch(gated=True) serves by the gated GEMM."""
-    own = vars(module).get("forward")
-    return isinstance(own, functools.partial) and own.func is gated_forward
+    return gated_leaves(module) is not None
 
 
 def _gate(model: torch.nn.Module, mlp: GatedMLP, report: PatchReport) -> None:
